@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Debian packages the suite needs: chromium (plotly static export, browser tests) and
+# fonts-noto-cjk (Chinese tokens in figures). Installed only when missing and when we can.
+set -euo pipefail
+missing=()
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+fc-list 2>/dev/null | grep -qi "Noto Sans CJK" || missing+=(fonts-noto-cjk)
+[ ${#missing[@]} -eq 0 ] && exit 0
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "system-deps: apt-get not found; install ${missing[*]} yourself (tests that need them skip)" >&2
+  exit 0
+fi
+sudo=""
+[ "$(id -u)" -ne 0 ] && sudo="sudo"
+echo "system-deps: installing ${missing[*]}"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" fontconfig >/dev/null

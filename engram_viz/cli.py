@@ -1,0 +1,90 @@
+"""``engram-viz`` command line: one sub-command per job, each a thin layer over the library."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import numpy as np
+import torch
+
+from .config import load_config
+from .layout import EngramLayout
+
+
+def _config_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", default="tiny", help="preset (v41-flash, tiny) or path to a config.json (default: tiny)")
+
+
+def cmd_layout(args: argparse.Namespace) -> None:
+    layout = EngramLayout(load_config(args.config))
+    summary = layout.summary()
+    if args.json:
+        print(json.dumps(summary))
+        return
+    print(f"config {summary['config']}: compressed vocab {summary['compressed_vocab_size']:,}")
+    for li, layer in enumerate(summary["layer_ids"]):
+        print(f"\nEngram layer {layer}: {summary['rows_per_layer'][li]:,} rows")
+        print("  multipliers " + ", ".join(str(m) for m in summary["multipliers"][li]))
+        for oi, order in enumerate(layout.config.ngram_orders):
+            cols = range(oi * layout.n_heads, (oi + 1) * layout.n_heads)
+            primes = summary["primes"][li][oi]
+            offsets = [summary["offsets"][li][c] for c in cols]
+            print(f"  {order}-gram primes  " + " ".join(f"{p:>10}" for p in primes))
+            print(f"  {order}-gram offsets " + " ".join(f"{o:>10}" for o in offsets))
+
+
+def cmd_hash(args: argparse.Namespace) -> None:
+    from .hashing import hash_prompt
+    from .tokenizer import get_tokenizer
+
+    config = load_config(args.config)
+    tok = get_tokenizer(config, args.tokenizer)
+    raw = tok.encode(args.text, bos=args.bos)
+    if not raw:
+        raise SystemExit("engram-viz hash: TEXT produced no tokens; give a non-empty text")
+    rows = hash_prompt(config, tok.token_map, torch.tensor([raw]))[0]
+    out = {"raw_ids": raw, "compressed_ids": tok.compress(raw).tolist(), "row_ids": rows.tolist()}
+    if args.json:
+        print(json.dumps(out))
+        return
+    pieces = tok.pieces(raw)
+    print(f"config {config.name}: {len(raw)} tokens, row ids [T={len(raw)}, layers={config.n_engram_layers}, {config.n_hash_cols}]")
+    for t, (r, c, piece) in enumerate(zip(raw, out["compressed_ids"], pieces)):
+        print(f"{t:>4} {piece!r:>16} raw {r:>6} compressed {c:>6}")
+        for li, layer in enumerate(config.engram_layer_ids):
+            print(f"       L{layer}: " + " ".join(str(x) for x in np.asarray(out["row_ids"][t][li])))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="engram-viz", description="Look inside the Engram memory of DeepSeek-V4.1-Flash.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("layout", help="multipliers, primes, offsets and rows per layer")
+    _config_arg(p)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_layout)
+
+    p = sub.add_parser("hash", help="tokenize TEXT and print raw, compressed and row ids")
+    p.add_argument("text")
+    _config_arg(p)
+    p.add_argument("--tokenizer", default=None, help="tokenizer.json or checkpoint folder (default: bundled V4 tokenizer)")
+    p.add_argument("--bos", action="store_true", help="prepend the BOS token")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_hash)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except (ValueError, TypeError, FileNotFoundError) as err:
+        print(f"engram-viz {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
