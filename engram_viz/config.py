@@ -80,14 +80,14 @@ class EngramConfig:
 
     @classmethod
     def from_dict(cls, raw: dict, name: str) -> EngramConfig:
+        if not isinstance(raw, dict):
+            raise ConfigError(f"config {name!r} must be a JSON object of fields, got {type(raw).__name__}")
         fields = cls.__dataclass_fields__
         required = [f for f, spec in fields.items() if f != "name" and spec.default is MISSING]
         missing = [f for f in required if f not in raw]
         if missing:
             raise ConfigError(f"config {name!r} lacks the Engram fields {missing}")
-        kept = {k: raw[k] for k in fields if k in raw and k != "name"}
-        for k in ("engram_layer_ids", "engram_num_embeddings"):
-            kept[k] = tuple(int(v) for v in kept[k])
+        kept = {k: _checked(name, k, fields[k].type, raw[k]) for k in fields if k in raw and k != "name"}
         return cls(name=name, **kept)
 
     @classmethod
@@ -102,6 +102,29 @@ class EngramConfig:
         except json.JSONDecodeError as err:
             raise ConfigError(f"config file {path} is not valid JSON: {err}") from None
         return cls.from_dict(raw, name or str(path))
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _checked(name: str, field: str, kind: str, value: object) -> object:
+    """``value`` of ``field`` as its annotated type (int, float or tuple of ints), or a ConfigError."""
+    if kind == "tuple[int, ...]":
+        if isinstance(value, (list, tuple)) and all(_is_int(v) for v in value):
+            return tuple(value)
+        expected = "a list of integers"
+    elif kind == "int":
+        if _is_int(value):
+            return value
+        expected = "an integer"
+    elif kind == "float":
+        if _is_int(value) or isinstance(value, float):
+            return float(value)
+        expected = "a number"
+    else:
+        return value
+    raise ConfigError(f"config {name!r}: {field}={value!r} must be {expected}")
 
 
 def load_config(name_or_path: str | Path | EngramConfig = "tiny") -> EngramConfig:

@@ -1,0 +1,39 @@
+"""Shared fixtures for the whole suite. Keep them small and generic; add yours below."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+from engram_viz.config import EngramConfig, load_config
+from engram_viz.tokenizer import EngramTokenizer, get_tokenizer
+
+# Property tests stay fast and reproducible: bounded examples, no deadline on a shared machine.
+settings.register_profile(
+    "engram-viz",
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "engram-viz"))
+
+
+@pytest.fixture(scope="session")
+def v41_config() -> EngramConfig:
+    """The DeepSeek-V4.1-Flash config (preset ``v41-flash``)."""
+    return load_config("v41-flash")
+
+
+@pytest.fixture(scope="session")
+def tiny_config() -> EngramConfig:
+    """The small preset (same layout rules, a few thousand buckets per head)."""
+    return load_config("tiny")
+
+
+@pytest.fixture(scope="session")
+def tokenizer(v41_config: EngramConfig) -> EngramTokenizer:
+    """The bundled V4 tokenizer with its compressed map, shared by the whole session."""
+    return get_tokenizer(v41_config)

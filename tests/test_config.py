@@ -1,0 +1,173 @@
+"""EngramConfig: presets, loading by path, and the errors a bad config file raises."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from engram_viz.config import (
+    CONFIG_DIR,
+    IMAGE,
+    IMAGE_END,
+    IMAGE_NEWLINE,
+    IMAGE_START,
+    PRESETS,
+    TEXT,
+    ConfigError,
+    EngramConfig,
+    load_config,
+)
+
+
+def _raw(name: str = "tiny") -> dict:
+    return json.loads((CONFIG_DIR / f"{name}.json").read_text())
+
+
+def test_v41_flash_preset_holds_the_model_values(v41_config):
+    c = v41_config
+    assert c.name == "v41-flash"
+    assert c.vocab_size == 129280
+    assert c.dim == 5120
+    assert c.hc_mult == 4
+    assert c.norm_eps == 1e-20
+    assert c.n_layers == 40
+    assert c.engram_layer_ids == (1, 14)
+    assert c.engram_vocab_size == 16_000_000
+    assert c.engram_num_embeddings == (384_006_168, 384_016_682)
+    assert c.engram_max_ngram_size == 4
+    assert c.engram_pad_id == 2
+    assert c.engram_compressed_vocab_size == 99_092
+    assert c.engram_n_heads == 8
+    assert c.engram_head_dim == 256
+    assert c.image_token_id == 129264
+    assert c.n_engram_layers == 2
+    assert c.n_hash_cols == 24
+    assert c.ngram_orders == (2, 3, 4)
+
+
+def test_tiny_preset_shares_the_tokenizer_and_hash_shape(tiny_config, v41_config):
+    t = tiny_config
+    assert t.name == "tiny"
+    for field in (
+        "vocab_size",
+        "engram_compressed_vocab_size",
+        "engram_pad_id",
+        "engram_max_ngram_size",
+        "engram_n_heads",
+        "image_token_id",
+    ):
+        assert getattr(t, field) == getattr(v41_config, field), field
+    assert t.n_hash_cols == 24
+    assert t.dim < v41_config.dim
+    assert all(n < 100_000 for n in t.engram_num_embeddings)  # small table: collisions show
+
+
+def test_token_type_constants():
+    assert (TEXT, IMAGE_START, IMAGE, IMAGE_NEWLINE, IMAGE_END) == (-1, 0, 1, 2, 3)
+
+
+def test_load_config_by_file_folder_and_instance(tmp_path, tiny_config):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(_raw("tiny")))
+    by_file = load_config(path)
+    by_folder = load_config(tmp_path)
+    by_str = load_config(str(path))
+    assert by_file.name == str(path) and by_folder.name == str(path)
+    # only the name differs from the preset
+    assert dataclasses.replace(by_file, name="tiny") == tiny_config
+    assert by_folder == by_file == by_str
+    assert load_config(tiny_config) is tiny_config
+
+
+def test_default_preset_is_tiny():
+    assert load_config().name == "tiny"
+    assert set(PRESETS) == {"v41-flash", "tiny"}
+
+
+def test_config_is_frozen_and_hashable(tiny_config):
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        tiny_config.dim = 1  # type: ignore[misc]
+    assert hash(tiny_config) == hash(load_config("tiny"))
+    assert tiny_config.to_dict()["engram_layer_ids"] == (1, 3)
+
+
+def test_unrelated_fields_are_ignored_and_optional_ones_default():
+    raw = _raw("v41-flash")
+    assert "moe_inter_dim" in raw  # the real config.json carries the whole model
+    for key in ("vision_patch_size", "vision_downsample_ratio", "vision_max_n_token", "vision_min_pixels"):
+        raw.pop(key)
+    cfg = EngramConfig.from_dict(raw, name="x")
+    assert cfg.vision_patch_size == 14 and cfg.vision_min_pixels == 295936
+
+
+def test_unknown_preset_or_missing_path_names_the_input():
+    with pytest.raises(ConfigError, match=r"unknown config 'v5-huge'.*v41-flash"):
+        load_config("v5-huge")
+
+
+def test_folder_without_config_json(tmp_path):
+    with pytest.raises(ConfigError, match=r"config\.json does not exist"):
+        load_config(tmp_path)
+
+
+def test_invalid_json(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text('{"vocab_size": 129280,')
+    with pytest.raises(ConfigError, match=r"not valid JSON"):
+        load_config(path)
+
+
+@pytest.mark.parametrize("payload", ["[1, 2, 3]", "42", '"tiny"', "null"])
+def test_json_that_is_not_an_object(tmp_path, payload):
+    path = tmp_path / "config.json"
+    path.write_text(payload)
+    with pytest.raises(ConfigError, match=r"JSON object"):
+        load_config(path)
+
+
+def test_missing_fields_are_named(tmp_path):
+    raw = _raw("tiny")
+    del raw["engram_pad_id"], raw["dim"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(raw))
+    with pytest.raises(ConfigError, match=r"lacks the Engram fields \['dim', 'engram_pad_id'\]"):
+        load_config(path)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("vocab_size", "129280"),
+        ("engram_layer_ids", "1,3"),
+        ("engram_num_embeddings", [1.5, 2]),
+        ("engram_n_heads", None),
+        ("norm_eps", "tiny"),
+        ("engram_pad_id", True),
+    ],
+)
+def test_wrong_field_types_are_named(field, value):
+    raw = _raw("tiny")
+    raw[field] = value
+    with pytest.raises(ConfigError, match=field):
+        EngramConfig.from_dict(raw, name="bad")
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"engram_num_embeddings": [50148]}, r"one per engram layer"),
+        ({"engram_head_dim": 48}, r"multiple of the fp8 block size 32"),
+        ({"engram_max_ngram_size": 1}, r"engram_max_ngram_size must be >= 2"),
+    ],
+)
+def test_inconsistent_values(changes, message):
+    raw = {**_raw("tiny"), **changes}
+    with pytest.raises(ConfigError, match=message):
+        EngramConfig.from_dict(raw, name="bad")
+
+
+def test_config_error_is_a_value_error():
+    # the CLI reports ValueErrors as clean one-line errors
+    assert issubclass(ConfigError, ValueError)
