@@ -93,6 +93,20 @@ def _atomic_save(path: Path, array: np.ndarray) -> None:
         raise
 
 
+def _read_cached_map(path: Path, vocab_size: int) -> np.ndarray | None:
+    """A cached map, or None when it is absent, unreadable, or not a map of ``vocab_size`` raw ids with
+    compressed ids handed out 0, 1, 2, ... in order of first appearance."""
+    try:
+        token_map = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError):
+        return None
+    if token_map.dtype != np.int64 or token_map.shape != (vocab_size,) or token_map[0] != 0:
+        return None
+    if np.diff(np.maximum.accumulate(token_map)).max(initial=0) > 1 or token_map.min() < 0:
+        return None
+    return token_map
+
+
 class EngramTokenizer:
     """The V4 tokenizer plus its compressed map, checked against a config.
 
@@ -125,10 +139,12 @@ class EngramTokenizer:
         return len(self.token_map)
 
     def _load_token_map(self) -> np.ndarray:
+        """The cached map when it is well formed and of the config's size; otherwise a fresh build
+        (saved to the cache) that must have the config's size."""
         digest = hashlib.sha256(self.path.read_bytes()).hexdigest()[:16]
         cached = cache_dir() / f"token_map-{digest}-tokenizers{tokenizers.__version__}.npy"
-        token_map = np.load(cached) if cached.is_file() else None
-        if token_map is None or len(token_map) != self.config.vocab_size:
+        token_map = _read_cached_map(cached, self.config.vocab_size)
+        if token_map is None or int(token_map.max()) + 1 != self.config.engram_compressed_vocab_size:
             token_map = build_token_map(self.backend)
             _atomic_save(cached, token_map)
         size = int(token_map.max()) + 1
