@@ -49,8 +49,10 @@ def power_of_two_scale(amax: torch.Tensor) -> torch.Tensor:
 def quantize_blockwise(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per 32 values along the last dim: e4m3 ``[..., K]`` and float32 power-of-two scales ``[..., K/32]``.
 
-    Round trip error: every value comes back within half an e4m3 ulp of its block, i.e.
-    ``|x - deq| <= 2**-4 * |x|`` for normal values and ``<= 2**-10 * scale`` for subnormals.
+    Scales are the smallest powers of two with ``amax / scale <= 448`` (amax floored at 1e-4).
+    Round trip error is at most half an e4m3 ulp: ``|x - deq| <= max(2**-4 * |x|, 2**-10 * scale)``
+    (relative 2**-4 where ``x / scale`` is a normal e4m3 value, >= 2**-6; absolute ``2**-10 * scale``
+    where it is subnormal). Both bounds are reached on ties (tests/test_fp8.py).
     """
     if x.shape[-1] % BLOCK:
         raise ValueError(f"last dim {x.shape[-1]} must be a multiple of {BLOCK} to quantise per block")
