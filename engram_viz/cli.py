@@ -57,6 +57,24 @@ def cmd_hash(args: argparse.Namespace) -> None:
             print(f"       L{layer}: " + " ".join(str(x) for x in np.asarray(out["row_ids"][t][li])))
 
 
+def cmd_params(args: argparse.Namespace) -> None:
+    from .engram import param_counts
+
+    config = load_config(args.config)
+    counts = param_counts(config)
+    if args.json:
+        print(json.dumps({"config": config.name, "layers": {str(k): v for k, v in counts.items()}}))
+        return
+    labels = {"table": "Engram table", "wkv": "key and value projection (wkv)", "gate_weights": "gate weights (q, k)"}
+    print(f"config {config.name}: parameters per Engram instance, from the tensor shapes (fp8 scales not counted)")
+    for layer, c in counts.items():
+        print(f"\nEngram layer {layer}")
+        for key, label in labels.items():
+            print(f"  {label:<32} {c[key]:>18,}")
+        print(f"  {'per-instance total':<32} {c['total']:>18,}")
+        print(f"  {'(fp8 scales, not counted)':<32} {c['scales_not_counted']:>18,}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="engram-viz", description="Look inside the Engram memory of DeepSeek-V4.1-Flash.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -73,6 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bos", action="store_true", help="prepend the BOS token")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_hash)
+
+    p = sub.add_parser("params", help="parameter counts per Engram component, from the shapes")
+    _config_arg(p)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_params)
     return parser
 
 

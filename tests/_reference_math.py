@@ -73,7 +73,12 @@ def bf16_round(v: np.ndarray) -> np.ndarray:
 
 
 def engram_gate_math(
-    x: np.ndarray, key: np.ndarray, value: np.ndarray, q: np.ndarray, k: np.ndarray, eps: float,
+    x: np.ndarray,
+    key: np.ndarray,
+    value: np.ndarray,
+    q: np.ndarray,
+    k: np.ndarray,
+    eps: float,
     mask: np.ndarray | None,
 ) -> dict[str, np.ndarray]:
     """The seed's formula in float64. x [B,T,hc,dim], key [B,T,hc,dim], value [B,T,dim], q/k [hc,dim],
@@ -90,8 +95,14 @@ def engram_gate_math(
 
 
 def engram_reference(
-    x: np.ndarray, rows: np.ndarray, wkv: np.ndarray, q: np.ndarray, k: np.ndarray, eps: float,
-    mask: np.ndarray | None, mode: str,
+    x: np.ndarray,
+    rows: np.ndarray,
+    wkv: np.ndarray,
+    q: np.ndarray,
+    k: np.ndarray,
+    eps: float,
+    mask: np.ndarray | None,
+    mode: str,
 ) -> dict[str, np.ndarray]:
     """Full path in float64 from dequantised rows [B,T,24,hd] and wkv [N,K]: activation
     quantisation ('fp8') or none ('bf16'), GEMM, bf16 rounding of kv, then the gate math.
