@@ -1,0 +1,330 @@
+"""Hash bucket collisions of the Engram n-gram hash, defined exactly.
+
+**Population.** The n-grams at the counted positions of everything accumulated: text positions
+(``token_mask`` True) of every sequence added; image positions are left out.
+
+**Key.** The key of the n-gram of order n at position t is the tuple of n compressed ids
+``(c[t-n+1], ..., c[t])``, oldest first, in which every look-back blocked by the start of the
+sequence or by an image (DEAD) position - and every longer look-back after it - is the pad id
+(``token_map[engram_pad_id]`` = 2). These are exactly the ids the hasher multiplies. The key is
+never the hash: two distinct keys whose hashes are equal *do* collide.
+
+**Column.** Each (Engram layer, order n, head) column has its own prime m and row range; a key's
+bucket there is ``hash_layer(key) mod m`` (reference section 3). Different orders, heads and
+layers never share rows, so collisions are counted per column.
+
+Per column (``columns`` table):
+
+- ``distinct_ngrams`` k: distinct keys of that order;
+- ``occupied``: buckets holding at least one key;
+- ``shared_buckets``: buckets holding two or more distinct keys;
+- ``colliding_ngrams``: distinct keys whose bucket holds another distinct key;
+- ``positions`` / ``colliding_positions``: counted positions, and those whose key collides;
+- ``expected_*``: the same under an ideal uniform hash into m buckets, with q = (1 - 1/m):
+  E[occupied] = m (1 - q^k), E[shared_buckets] = m - m q^k - k q^(k-1),
+  E[colliding_ngrams] = k (1 - q^(k-1)).
+
+Per n-gram and layer, ``heads_shared`` in 0..n_heads: on how many of its heads the key shares
+its bucket with another distinct key (``heads_shared`` table: how many keys - and positions -
+have each value, beside the expectation under uniform hashing, a Poisson-binomial with
+per-head probability 1 - q_h^(k-1)).
+
+Per position and layer, the **collision exposure**: how many of its 24 rows (one per order and
+head) hold a distinct key other than the position's own, within the accumulated population
+(``shared_rows`` / ``exposure``; a query key that is not in the population is compared with
+all keys there). To set exposure beside gates, accumulate the prompts themselves (and any
+reference corpus) first.
+
+``examples``: decoded colliding n-grams. Per column, candidate buckets are those of the
+``candidates`` most frequent colliding keys; they are ranked by the positions of their
+second most frequent key (a collision that matters needs two frequent n-grams), then by
+bucket; each lists its keys, most frequent first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .config import EngramConfig, load_config
+from .layout import EngramLayout
+from .ngrams import (
+    NgramCounts,
+    column_view,
+    iter_columns,
+    make_decoder,
+    ngram_hashes,
+    poisson_binomial,
+    sequence_windows,
+    top_indices,
+    window_ngrams,
+)
+
+
+def expected_uniform(k: int | np.ndarray, m: int | np.ndarray) -> dict[str, np.ndarray]:
+    """Expected occupied buckets, buckets with >= 2 keys and colliding keys when k distinct keys
+    fall uniformly and independently into m buckets (closed forms in the module docstring)."""
+    k = np.asarray(k, dtype=np.float64)
+    m = np.asarray(m, dtype=np.float64)
+    log_q = np.log1p(-1.0 / m)
+    q_k = np.exp(k * log_q)
+    q_k1 = np.exp(np.maximum(k - 1, 0) * log_q)
+    return {
+        "occupied": m * (1 - q_k),
+        "shared_buckets": np.where(k > 0, m - m * q_k - k * q_k1, 0.0),
+        "colliding_ngrams": k * (1 - q_k1),
+    }
+
+
+@dataclass
+class _Pass:
+    columns: list[dict]
+    heads_shared: list[dict]
+    examples: list[dict]
+
+
+class CollisionStats:
+    """Accumulator of hash bucket collisions (definition in the module docstring).
+
+    ``counts`` lets several analyses share one :class:`NgramCounts` (no copy: add data once,
+    through any of them). ``merge(other)`` adds another shard in place; shards merged equal the
+    whole (the population is a union of keys, with position counts summed).
+    """
+
+    def __init__(self, config: EngramConfig | str = "tiny", counts: NgramCounts | None = None, pad_id: int | None = None):
+        self.config = load_config(config)
+        self.layout = EngramLayout(self.config)
+        self.counts = counts if counts is not None else NgramCounts(self.config, pad_id)
+        self._cache: tuple[tuple, _Pass] | None = None
+
+    # -- accumulation
+    def add_windows(self, windows: np.ndarray, mask: np.ndarray | None = None) -> None:
+        """Add windows ``[N, max_ngram]`` (``ngrams.StreamWindows``); mask bool ``[N]``, False = skip."""
+        self.counts.add_windows(windows, mask)
+
+    def add_compressed(self, compressed, token_mask=None) -> None:
+        """Add sequences of compressed ids ``[B, T]`` or ``[T]`` (each from position 0);
+        token_mask bool, same shape, False at image positions (and padding)."""
+        self.counts.add_compressed(compressed, token_mask)
+
+    def merge(self, other: CollisionStats) -> CollisionStats:
+        """Add ``other`` into this accumulator (in place); returns self."""
+        if other.config.engram_layer_ids != self.config.engram_layer_ids:
+            raise ValueError("cannot merge collision stats of different Engram layouts")
+        self.counts.merge(other.counts)
+        return self
+
+    # -- per n-gram
+    def ngram_heads_shared(self, layer: int, order: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every distinct n-gram of ``order`` with its positions and, for ``layer``, on how many
+        heads it shares a bucket: ``(ngrams int64 [U, order], counts int64 [U], heads_shared int64 [U])``."""
+        li = self.layout.layer_index(layer)
+        shared = None
+        for head in range(self.layout.n_heads):
+            view = column_view(self.layout, self.counts, li, order, head)
+            s = (view.distinct_per_key() >= 2).astype(np.int64)
+            shared = s if shared is None else shared + s
+        return view.ngrams, view.counts, shared
+
+    # -- one pass over the columns
+    def _pass(self, n_examples: int, ngrams_per_bucket: int, candidates: int) -> _Pass:
+        key = (self.counts.version, n_examples, ngrams_per_bucket, candidates)
+        if self._cache is not None and self._cache[0] == key:
+            return self._cache[1]
+        columns, heads_rows, examples = [], [], []
+        shared_heads = None
+        probs: list[float] = []
+        for view in iter_columns(self.layout, self.counts):
+            k, m = len(view.ngrams), view.prime
+            per_key = view.distinct_per_key()
+            colliding = per_key >= 2
+            buckets, distinct, _ = view.bucket_totals()
+            exp = expected_uniform(k, m)
+            columns.append(
+                {
+                    "layer": view.layer,
+                    "order": view.order,
+                    "head": view.head,
+                    "column": view.column,
+                    "prime": m,
+                    "distinct_ngrams": k,
+                    "occupied": len(buckets),
+                    "shared_buckets": int((distinct >= 2).sum()),
+                    "colliding_ngrams": int(colliding.sum()),
+                    "positions": int(view.counts.sum()),
+                    "colliding_positions": int(view.counts[colliding].sum()),
+                    "expected_occupied": float(exp["occupied"]),
+                    "expected_shared_buckets": float(exp["shared_buckets"]),
+                    "expected_colliding_ngrams": float(exp["colliding_ngrams"]),
+                }
+            )
+            if view.head == 0:
+                shared_heads, probs = np.zeros(k, dtype=np.int64), []
+            shared_heads += colliding
+            probs.append(float(1 - np.exp(max(k - 1, 0) * np.log1p(-1.0 / m))))
+            if view.head == self.layout.n_heads - 1:
+                expected = poisson_binomial(np.array(probs)) * k
+                n_keys = np.bincount(shared_heads, minlength=self.layout.n_heads + 1)
+                n_pos = np.bincount(shared_heads, weights=view.counts, minlength=self.layout.n_heads + 1)
+                for j in range(self.layout.n_heads + 1):
+                    heads_rows.append(
+                        {
+                            "layer": view.layer,
+                            "order": view.order,
+                            "heads_shared": j,
+                            "ngrams": int(n_keys[j]),
+                            "positions": int(np.rint(n_pos[j])),
+                            "expected_ngrams": float(expected[j]),
+                        }
+                    )
+            if n_examples and colliding.any():
+                examples += self._column_examples(view, colliding, n_examples, ngrams_per_bucket, candidates)
+        result = _Pass(columns, heads_rows, examples)
+        self._cache = (key, result)
+        return result
+
+    @staticmethod
+    def _column_examples(view, colliding: np.ndarray, n_examples: int, per_bucket: int, candidates: int) -> list[dict]:
+        idx = np.flatnonzero(colliding)
+        top = idx[top_indices(view.counts[idx], idx, candidates)]  # most frequent colliding keys
+        cand_buckets = np.unique(view.buckets[top])
+        sel = np.flatnonzero(np.isin(view.buckets, cand_buckets))
+        sel = sel[np.lexsort((sel, -view.counts[sel], view.buckets[sel]))]  # by bucket, then count desc
+        b = view.buckets[sel]
+        starts = np.flatnonzero(np.r_[True, b[1:] != b[:-1]])
+        ends = np.r_[starts[1:], len(sel)]
+        second = view.counts[sel[starts + 1]]  # every candidate bucket holds >= 2 keys
+        total = np.add.reduceat(view.counts[sel], starts)
+        ranked = np.lexsort((b[starts], -total, -second))[:n_examples]
+        out = []
+        for rank, g in enumerate(ranked, 1):
+            members = sel[starts[g] : ends[g]]
+            for j, i in enumerate(members[:per_bucket], 1):
+                out.append(
+                    {
+                        "layer": view.layer,
+                        "order": view.order,
+                        "head": view.head,
+                        "example": rank,
+                        "row": int(view.buckets[i]) + view.offset,
+                        "bucket": int(view.buckets[i]),
+                        "n_ngrams": len(members),
+                        "ngram_rank": j,
+                        "ngram_ids": tuple(int(x) for x in view.ngrams[i]),
+                        "count": int(view.counts[i]),
+                    }
+                )
+        return out
+
+    # -- tables
+    def columns(self) -> pd.DataFrame:
+        """Per (layer, order, head): observed and expected collision figures (module docstring)."""
+        return pd.DataFrame(self._pass(0, 0, 0).columns)
+
+    def heads_shared(self) -> pd.DataFrame:
+        """(layer, order, heads_shared, ngrams, positions, expected_ngrams)."""
+        return pd.DataFrame(
+            self._pass(0, 0, 0).heads_shared,
+            columns=["layer", "order", "heads_shared", "ngrams", "positions", "expected_ngrams"],
+        )
+
+    def examples(self, n_examples: int = 3, ngrams_per_bucket: int = 4, candidates: int = 2000, tokenizer=None) -> pd.DataFrame:
+        """Decoded colliding n-grams: (layer, order, head, example, row, bucket, n_ngrams,
+        ngram_rank, ngram, ngram_ids, count); ``n_examples`` buckets per column."""
+        recs = [dict(r) for r in self._pass(n_examples, ngrams_per_bucket, candidates).examples]
+        decoder = make_decoder(self.config, tokenizer, self.counts.pad_id)
+        for r in recs:
+            ids = r.pop("ngram_ids")
+            r["ngram"] = decoder.text(ids) if decoder else ""
+            r["ngram_ids"] = " ".join(map(str, ids))
+        cols = ["layer", "order", "head", "example", "row", "bucket", "n_ngrams", "ngram_rank", "ngram", "ngram_ids",
+                "count"]
+        return pd.DataFrame(recs, columns=cols)
+
+    def top_ngrams(self, top: int = 50, tokenizer=None) -> pd.DataFrame:
+        """The ``top`` most frequent n-grams of each order with, per layer, on how many heads they
+        share a bucket: (order, rank, ngram, ngram_ids, count, layer, heads_shared)."""
+        decoder = make_decoder(self.config, tokenizer, self.counts.pad_id)
+        recs = []
+        for order in self.config.ngram_orders:
+            per_layer = {layer: self.ngram_heads_shared(layer, order) for layer in self.layout.layer_ids}
+            ngrams, counts, _ = per_layer[self.layout.layer_ids[0]]
+            best = top_indices(counts, np.arange(len(counts)), top)
+            for rank, i in enumerate(best, 1):
+                ids = tuple(int(x) for x in ngrams[i])
+                text = decoder.text(ids) if decoder else ""
+                for layer, (_, _, shared) in per_layer.items():
+                    recs.append(
+                        {
+                            "order": order,
+                            "rank": rank,
+                            "ngram": text,
+                            "ngram_ids": " ".join(map(str, ids)),
+                            "count": int(counts[i]),
+                            "layer": layer,
+                            "heads_shared": int(shared[i]),
+                        }
+                    )
+        return pd.DataFrame(recs, columns=["order", "rank", "ngram", "ngram_ids", "count", "layer", "heads_shared"])
+
+    def to_frame(self, n_examples: int = 3, ngrams_per_bucket: int = 4, top: int = 50, tokenizer=None) -> dict[str, pd.DataFrame]:
+        """All tables, keyed ``columns``, ``heads_shared``, ``examples``, ``top_ngrams``."""
+        return {
+            "columns": self.columns(),
+            "heads_shared": self.heads_shared(),
+            "examples": self.examples(n_examples, ngrams_per_bucket, tokenizer=tokenizer),
+            "top_ngrams": self.top_ngrams(top, tokenizer),
+        }
+
+    def summary(self) -> dict:
+        """Plain-JSON totals per (layer, order): distinct n-grams, colliding share observed and expected."""
+        cols = self.columns()
+        out = {"positions": self.counts.n_positions, "layers": {}}
+        for layer in self.layout.layer_ids:
+            per = {}
+            for order in self.config.ngram_orders:
+                c = cols[(cols.layer == layer) & (cols.order == order)]
+                k = int(c.distinct_ngrams.iloc[0]) if len(c) else 0
+                per[str(order)] = {
+                    "distinct_ngrams": k,
+                    "colliding_ngrams_per_head": float(c.colliding_ngrams.mean()) if len(c) else 0.0,
+                    "expected_colliding_ngrams_per_head": float(c.expected_colliding_ngrams.mean()) if len(c) else 0.0,
+                    "colliding_position_share": float(c.colliding_positions.sum() / max(c.positions.sum(), 1)),
+                }
+            out["layers"][str(layer)] = per
+        return out
+
+    # -- per position
+    def shared_rows(self, compressed, token_mask=None) -> np.ndarray:
+        """For sequences of compressed ids ``[B, T]`` or ``[T]`` (each from position 0, token_mask
+        False at image positions): bool ``[B, T, n_layers, n_hash_cols]`` (or ``[T, ...]``), True
+        where the position's row also holds a distinct key other than its own. Image positions: False."""
+        c = np.asarray(compressed.detach().cpu().numpy() if hasattr(compressed, "detach") else compressed)
+        windows, mask = sequence_windows(c, self.counts.pad_id, self.config.engram_max_ngram_size, token_mask)
+        out = np.zeros((len(windows), len(self.layout.layer_ids), self.layout.n_hash_cols), dtype=bool)
+        for order in self.config.ngram_orders:
+            q = window_ngrams(windows, order)
+            member = (self.counts.count_of(q) > 0).astype(np.int64)
+            stored, _ = self.counts.ngrams(order)
+            for li in range(len(self.layout.layer_ids)):
+                hs, hq = ngram_hashes(self.layout, li, stored), ngram_hashes(self.layout, li, q)
+                for head in range(self.layout.n_heads):
+                    col = self.layout.column(order, head)
+                    p = int(self.layout.column_primes[li, col])
+                    sb, qb = hs % p, hq % p
+                    if p <= 1 << 26:
+                        occupancy = np.bincount(sb, minlength=p)[qb]
+                    else:
+                        b, n = np.unique(sb, return_counts=True)
+                        at = np.minimum(np.searchsorted(b, qb), max(len(b) - 1, 0))
+                        occupancy = np.where(b[at] == qb, n[at], 0) if len(b) else np.zeros(len(qb), np.int64)
+                    out[:, li, col] = occupancy - member >= 1
+        out &= mask[:, None, None]
+        return out.reshape(*c.shape, *out.shape[1:])
+
+    def exposure(self, compressed, token_mask=None) -> np.ndarray:
+        """Collision exposure int64 ``[B, T, n_layers]`` (or ``[T, n_layers]``): how many of the
+        position's rows are shared with a different n-gram (0..n_hash_cols; 0 at image positions)."""
+        return self.shared_rows(compressed, token_mask).sum(-1)
