@@ -1,0 +1,54 @@
+"""Figures of the suite, one style, light and dark themes.
+
+Paper figures (matplotlib, ``paper`` / ``tokens``), each taking a tidy frame:
+
+- ``token_text_figure(gates, ...)``      token-coloured text (Engram paper Figure 7 style)
+- ``gate_heatmap(gates, ...)``           stream x position gates of one prompt
+- ``gate_distributions(gates, by=...)``  gates per category / prompt, per stream and layer
+- ``exposure_beside_gates(gates, ...)``  collision exposure under the gate heatmap
+- ``collisions_vs_expected(collisions)`` observed vs uniform-hash colliding buckets per head
+- ``coverage_per_column(coverage)``      rows touched / prime per (order, head)
+- ``row_rank_frequency(usage)``          hits of the r-th most used row, log-log
+- ``touched_rows_map(usage, layout)``    touched rows over a layer's address space, binned
+
+Exploring (plotly): ``gate_heatmap_interactive(gates, rows=...)``. Token-coloured HTML with
+tooltips: ``token_html(gates)``; ``token_view(gates)`` shows in a notebook as HTML plus a PNG.
+Save any of them with ``engram_viz.export.export_all(fig, stem)``.
+"""
+
+from .interactive import gate_heatmap_interactive
+from .paper import (
+    collisions_vs_expected,
+    coverage_per_column,
+    exposure_beside_gates,
+    gate_distributions,
+    gate_heatmap,
+    row_rank_frequency,
+    touched_rows_map,
+)
+from .style import THEMES, CJKFontMissingError, CJKFontWarning, Theme, cjk_font, get_theme, paper_rc, require_cjk_font
+from .tokens import TokenView, token_cells, token_html, token_text_figure, token_view
+
+__all__ = [
+    "THEMES",
+    "CJKFontMissingError",
+    "CJKFontWarning",
+    "Theme",
+    "TokenView",
+    "cjk_font",
+    "collisions_vs_expected",
+    "coverage_per_column",
+    "exposure_beside_gates",
+    "gate_distributions",
+    "gate_heatmap",
+    "gate_heatmap_interactive",
+    "get_theme",
+    "paper_rc",
+    "require_cjk_font",
+    "row_rank_frequency",
+    "token_cells",
+    "token_html",
+    "token_text_figure",
+    "token_view",
+    "touched_rows_map",
+]
