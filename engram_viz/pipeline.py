@@ -235,6 +235,30 @@ class Pipeline:
             prompts = [prompts]
         out = []
         for i, p in enumerate(prompts):
+            if _get(p, "text") is None and _get(p, "input_ids") is None and _get(p, "seed") is not None:
+                from .prompts import Prompt
+
+                p = Prompt(
+                    str(_get(p, "id", f"p{i}")),
+                    str(_get(p, "category", "random_token")),
+                    None,
+                    int(_get(p, "seed")),
+                    int(_get(p, "length")),
+                )
+            if hasattr(p, "random_ids") and getattr(p, "is_random", False):  # a random-token control
+                from .prompts import build_prompt
+
+                built = build_prompt(p, self.tokenizer, self.config, bos=self.bos)
+                out.append(
+                    PromptInput(
+                        p.id,
+                        p.category,
+                        f"<{p.length} random tokens, seed {p.seed}>",
+                        built.input_ids,
+                        built.token_types,
+                    )
+                )
+                continue
             pid, cat, text, ids, types = _prompt_fields(p, i)
             if ids is not None:  # pre-tokenized (e.g. random-token controls): used as given, no BOS added
                 ids = np.asarray(ids, dtype=np.int64).reshape(-1)
@@ -348,7 +372,9 @@ class Pipeline:
         size = batch_size or self.batch_size
         if self.streams_mode == "captured":
             size = len(built)  # the file's batch runs as one
-        chunks = [built[i : i + size] for i in range(0, len(built), size)]
+        # batch prompts of similar length together (less padding); the Trace keeps the given order
+        order = sorted(range(len(built)), key=lambda i: len(built[i].input_ids))
+        chunks = [[built[i] for i in order[j : j + size]] for j in range(0, len(built), size)]
         if progress:
             from tqdm.auto import tqdm
 
@@ -383,6 +409,8 @@ class Pipeline:
             part.streams_label = label
         self.streams_label = label
         trace = Trace.concat(parts)
+        if len(parts) > 1:
+            trace = trace.select([p.id for p in built])
         if exposure:
             trace.extras["exposure"] = collision_exposure(trace, self.config)
         return trace

@@ -284,6 +284,30 @@ class Trace:
             meta=dict(first.meta),
         )
 
+    def select(self, prompts: Sequence[str | int]) -> Trace:
+        """The named prompts (ids or indices), in that order, padded only to their own longest T."""
+        idx = [p if isinstance(p, int) else self.index(p) for p in prompts]
+        if not idx:
+            raise TraceError("Trace.select needs at least one prompt")
+        t = max(int(self.lengths[i]) for i in idx)
+        sel = torch.tensor(idx, dtype=torch.int64)
+        return Trace(
+            layer_ids=self.layer_ids,
+            prompt_ids=[self.prompt_ids[i] for i in idx],
+            categories=[self.categories[i] for i in idx],
+            texts=[self.texts[i] for i in idx],
+            input_ids=self.input_ids[sel, :t].clone(),
+            compressed_ids=self.compressed_ids[sel, :t].clone(),
+            token_types=self.token_types[sel, :t].clone(),
+            lengths=self.lengths[sel].clone(),
+            pieces=[list(self.pieces[i]) for i in idx],
+            tensors={k: v[sel, :t].clone() for k, v in self.tensors.items()},
+            extras={k: v[sel, :t].clone() for k, v in self.extras.items()},
+            model_label=self.model_label,
+            streams_label=self.streams_label,
+            meta=dict(self.meta),
+        )
+
     # --- save / load -----------------------------------------------------------------------------
 
     def save(self, path: str | Path) -> Path:
@@ -384,6 +408,13 @@ def _bit_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     return torch.equal(a, b)
 
 
+def _zero_padding(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Zeros at padded positions, so a Trace's padding never depends on what ran there."""
+    if bool(valid.all()):
+        return x
+    return x.masked_fill(~valid.reshape(*valid.shape, *([1] * (x.dim() - 2))), 0)
+
+
 def token_pieces(tokenizer: Any, raw_ids: Iterable[int], token_types: Iterable[int]) -> list[str]:
     """Decoded text per token; image positions get a readable span label instead."""
     raw_ids, token_types = list(raw_ids), [int(x) for x in token_types]
@@ -427,6 +458,7 @@ def trace_from_cache(
     lengths = (
         torch.full((b,), t, dtype=torch.int64) if lengths is None else torch.as_tensor(lengths).cpu().to(torch.int64)
     )
+    valid = torch.arange(t)[None, :] < lengths[:, None]
     token_map = torch.as_tensor(np.asarray(tokenizer.token_map), dtype=torch.int64)
     compressed = torch.where(token_types >= 0, torch.tensor(-1), token_map[input_ids])
     pieces = [
@@ -454,9 +486,9 @@ def trace_from_cache(
         token_types=token_types,
         lengths=lengths,
         pieces=pieces,
-        tensors={name: cache[name].detach().cpu() for name in cache},
+        tensors={name: _zero_padding(cache[name].detach().cpu(), valid) for name in cache},
         model_label=model_label,
         streams_label=streams_label,
-        extras={k: v.detach().cpu() for k, v in (extras or {}).items()},
+        extras={k: _zero_padding(v.detach().cpu(), valid) for k, v in (extras or {}).items()},
         meta=meta,
     )
