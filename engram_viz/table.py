@@ -199,6 +199,36 @@ def read_safetensors_header(path: str | Path) -> SafetensorsHeader:
     return SafetensorsHeader(path, file_size, data_start, tensors, {str(k): str(v) for k, v in metadata.items()})
 
 
+def create_sparse_safetensors(
+    path: str | Path, specs: dict[str, tuple[str, Sequence[int]]], metadata: dict[str, str] | None = None
+) -> SafetensorsHeader:
+    """Write a safetensors file of the given tensors (name -> (dtype string, shape)) whose data is a
+    hole: a handwritten header, then ``truncate`` to the full size, so a 98 GB table takes no disk
+    and reads as zeros. For memory tests and benchmarks at the real dimensions; fill rows with
+    ``os.pwrite`` at ``header.tensors[name].start + row * row_bytes``. Written atomically."""
+    path = Path(path)
+    doc: dict = {"__metadata__": dict(metadata)} if metadata else {}
+    offset = 0
+    for name, (dtype, shape) in specs.items():
+        if dtype not in SAFETENSORS_DTYPES:
+            raise ValueError(f"tensor {name!r}: unknown dtype {dtype!r}; expected one of {sorted(SAFETENSORS_DTYPES)}")
+        nbytes = math.prod(shape) * SAFETENSORS_DTYPES[dtype][1]
+        doc[name] = {"dtype": dtype, "shape": [int(s) for s in shape], "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    header = json.dumps(doc, separators=(",", ":")).encode()
+    header += b" " * (-len(header) % 8)  # align the data to 8 bytes, as the safetensors writer does
+    tmp = path.with_name(f".{path.name}.partial")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(struct.pack("<Q", len(header)) + header)
+            fh.truncate(8 + len(header) + offset)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return read_safetensors_header(path)
+
+
 def _pread_into(fd: int, buf: memoryview, offset: int, what: str) -> None:
     """Fill ``buf`` from ``offset`` (looping over short reads); a read past EOF means truncation."""
     done, total = 0, len(buf)
@@ -364,56 +394,100 @@ class LazyRows(RowSource):
     def read_unique(self, ids: np.ndarray) -> torch.Tensor:
         ids = np.ascontiguousarray(ids, dtype=np.int64)
         out = np.empty((len(ids), self.row_bytes), dtype=np.uint8)
-        tasks = []  # (fd, base offset, local ids, out slice start, what)
+        plans = []
         bounds = np.searchsorted(ids, self.part_start)
         for k, part in enumerate(self.parts):
             a, b = int(bounds[k]), int(bounds[k + 1])
-            if a == b:
-                continue
-            local = ids[a:b] - self.part_start[k]
-            tasks.extend(self._plan(self._fd(part.path), part, local, a))
-        if len(tasks) >= THREADED_MIN_READS and self.workers > 1:
-            chunks = np.array_split(np.arange(len(tasks)), self.workers)
-            futures = [_pool().submit(_run_reads, [tasks[i] for i in c], out, self.row_bytes) for c in chunks if len(c)]
-            for f in futures:
+            if a < b:
+                plans.append(self._plan(part, ids[a:b] - self.part_start[k], a))
+        n_reads = sum(len(p.starts) for p in plans)
+        if n_reads >= THREADED_MIN_READS and self.workers > 1:
+            pieces = [piece for p in plans for piece in p.split(self.workers)]
+            for f in [_pool().submit(piece.run, out) for piece in pieces]:
                 f.result()
         else:
-            _run_reads(tasks, out, self.row_bytes)
+            for p in plans:
+                p.run(out)
         rows = torch.from_numpy(out)
         return rows.view(self.dtype) if self.dtype != torch.bool else rows.view(torch.bool)
 
-    def _plan(self, fd: int, part: TensorInfo, local: np.ndarray, out_start: int) -> list[tuple]:
+    def _plan(self, part: TensorInfo, local: np.ndarray, out_start: int) -> _ReadPlan:
         """Coalesce sorted local row ids into reads: rows closer than COALESCE_GAP_BYTES share one
-        read, and no read exceeds MAX_READ_BYTES."""
+        read, and no read crosses a MAX_READ_BYTES-aligned block of the tensor."""
         rb = self.row_bytes
         gap_rows = max(0, COALESCE_GAP_BYTES // rb)
-        max_rows = max(1, MAX_READ_BYTES // rb)
-        breaks = np.nonzero(np.diff(local) - 1 > gap_rows)[0] + 1
-        starts = np.concatenate([[0], breaks]).tolist()
-        ends = np.concatenate([breaks, [len(local)]]).tolist()
-        what = f"{part.path}: tensor {part.name!r}"
-        plan = []
-        for s, e in zip(starts, ends):
-            while s < e:
-                first = int(local[s])
-                # cut the run where its span would exceed max_rows
-                cut = s + int(np.searchsorted(local[s:e], first + max_rows, side="left"))
-                cut = max(cut, s + 1)
-                span = int(local[cut - 1]) - first + 1
-                plan.append((fd, part.start + first * rb, span, local[s:cut] - first, out_start + s, what))
-                s = cut
-        return plan
+        block = local // max(1, MAX_READ_BYTES // rb)
+        cut = (np.diff(local) - 1 > gap_rows) | (np.diff(block) != 0)
+        breaks = np.nonzero(cut)[0] + 1
+        starts = np.concatenate([[0], breaks])
+        ends = np.concatenate([breaks, [len(local)]])
+        firsts = local[starts]
+        spans = local[ends - 1] - firsts + 1
+        return _ReadPlan(
+            self._fd(part.path),
+            part.start,
+            rb,
+            local,
+            out_start,
+            starts,
+            ends,
+            firsts,
+            spans,
+            f"{part.path}: tensor {part.name!r}",
+        )
 
 
-def _run_reads(tasks: list[tuple], out: np.ndarray, row_bytes: int) -> None:
-    for fd, offset, span, rel, out_s, what in tasks:
-        n = len(rel)
-        if span == n:  # dense run: read straight into the output
-            _pread_into(fd, memoryview(out[out_s : out_s + n].reshape(-1)), offset, what)
-        else:
-            buf = np.empty((span, row_bytes), dtype=np.uint8)
-            _pread_into(fd, memoryview(buf.reshape(-1)), offset, what)
-            out[out_s : out_s + n] = buf[rel]
+@dataclass
+class _ReadPlan:
+    """The preads of one tensor part: read r covers local rows ``local[starts[r]:ends[r]]``,
+    which span ``spans[r]`` rows from row ``firsts[r]``; they land at ``out[out_start + starts[r]:]``."""
+
+    fd: int
+    base: int
+    row_bytes: int
+    local: np.ndarray
+    out_start: int
+    starts: np.ndarray
+    ends: np.ndarray
+    firsts: np.ndarray
+    spans: np.ndarray
+    what: str
+
+    def split(self, n: int) -> list[_ReadPlan]:
+        cuts = np.array_split(np.arange(len(self.starts)), n)
+        return [
+            _ReadPlan(
+                self.fd,
+                self.base,
+                self.row_bytes,
+                self.local,
+                self.out_start,
+                self.starts[c],
+                self.ends[c],
+                self.firsts[c],
+                self.spans[c],
+                self.what,
+            )
+            for c in cuts
+            if len(c)
+        ]
+
+    def run(self, out: np.ndarray) -> None:
+        rb, base, fd, preadv = self.row_bytes, self.base, self.fd, os.preadv
+        flat = memoryview(out.reshape(-1))
+        o = self.out_start
+        for s, e, first, span in zip(
+            self.starts.tolist(), self.ends.tolist(), self.firsts.tolist(), self.spans.tolist()
+        ):
+            n = e - s
+            if span == n:  # dense run: read straight into the output
+                dst = flat[(o + s) * rb : (o + e) * rb]
+                if preadv(fd, [dst], base + first * rb) != n * rb:
+                    _pread_into(fd, dst, base + first * rb, self.what)
+            else:
+                buf = np.empty((span, rb), dtype=np.uint8)
+                _pread_into(fd, memoryview(buf.reshape(-1)), base + first * rb, self.what)
+                out[o + s : o + e] = buf[self.local[s:e] - first]
 
 
 def _close_fds(fds: dict) -> None:
@@ -528,20 +602,18 @@ class EngramTable:
     def __call__(self, row_ids) -> torch.Tensor:
         """The reference lookup: bf16 ``[..., head_dim]`` = ``fp8.dequantize_rows(*gather_fp8(row_ids))``.
 
-        Computed on the unique rows in chunks (the same per-element arithmetic), so the float32
-        temporaries stay small; the result is on the ids' device.
+        Each unique row is read once; dequantisation runs in chunks of positions (the same
+        per-element arithmetic), so float32 temporaries stay small. The result is on the ids' device.
         """
         ids = self._check(row_ids)
         uniq, inv = _unique(ids)
         w, s = self._gather_unique(uniq.numpy())
-        w, s = w.to(ids.device), s.to(ids.device)
-        rows = torch.empty(len(uniq), self.head_dim, dtype=torch.bfloat16, device=ids.device)
-        for a in range(0, len(uniq), DEQUANT_CHUNK_ROWS):
-            rows[a : a + DEQUANT_CHUNK_ROWS] = fp8.dequantize_rows(
-                w[a : a + DEQUANT_CHUNK_ROWS], s[a : a + DEQUANT_CHUNK_ROWS]
-            )
-        del w, s
-        return rows[inv.to(ids.device)].reshape(*ids.shape, self.head_dim)
+        w, s, inv = w.to(ids.device), s.to(ids.device), inv.to(ids.device)
+        out = torch.empty(inv.numel(), self.head_dim, dtype=torch.bfloat16, device=ids.device)
+        for a in range(0, inv.numel(), DEQUANT_CHUNK_ROWS):
+            idx = inv[a : a + DEQUANT_CHUNK_ROWS]
+            out[a : a + DEQUANT_CHUNK_ROWS] = fp8.dequantize_rows(_expand(w, idx), _expand(s, idx))
+        return out.reshape(*ids.shape, self.head_dim)
 
     lookup = __call__
 
