@@ -409,7 +409,7 @@ class Pipeline:
             part.streams_label = label
         self.streams_label = label
         trace = Trace.concat(parts)
-        if len(parts) > 1:
+        if trace.prompt_ids != [p.id for p in built]:
             trace = trace.select([p.id for p in built])
         if exposure:
             trace.extras["exposure"] = collision_exposure(trace, self.config)
