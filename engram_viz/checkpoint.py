@@ -68,6 +68,8 @@ __all__ = [
     "RowIdError",
     "default_checkpoint",
     "expected_tensors",
+    "format_inspect",
+    "inspect_checkpoint",
     "open_checkpoint",
     "scan_checkpoint",
     "synthetic_checkpoint",
@@ -491,19 +493,26 @@ def _check_entry(
     return entry.parts
 
 
+def _validated_parts(scan: CheckpointScan, cfg: EngramConfig) -> dict[str, list[TensorInfo]]:
+    """Every tensor the config needs, checked for presence, dtype and shape: name -> parts to read."""
+    return {name: _check_entry(scan, cfg, name, dtype, shape) for name, (dtype, shape) in expected_tensors(cfg).items()}
+
+
+def _label(scan: CheckpointScan, cfg: EngramConfig) -> str:
+    if scan.synthetic:
+        m = scan.marker or {}
+        return f"SYNTHETIC {m.get('config', cfg.name)} checkpoint (seed {m.get('seed', '?')}; random weights, not trained) at {scan.path}"
+    return f"checkpoint {scan.path} ({scan.layout} layout, {len(scan.files)} files)"
+
+
 def open_checkpoint(path: str | Path, config: EngramConfig | str | Path | None = None) -> Checkpoint:
     """Open a checkpoint folder (HF or mp layout), check every Engram tensor against the config
     (the folder's ``config.json`` unless ``config`` is given) and load: tables lazily, the rest eagerly."""
     scan = scan_checkpoint(path)
     cfg = _resolve_config(scan, config)
-    want = expected_tensors(cfg)
-    parts = {name: _check_entry(scan, cfg, name, dtype, shape) for name, (dtype, shape) in want.items()}
+    parts = _validated_parts(scan, cfg)
     synthetic = scan.synthetic
-    if synthetic:
-        m = scan.marker or {}
-        label = f"SYNTHETIC {m.get('config', cfg.name)} checkpoint (seed {m.get('seed', '?')}; random weights, not trained) at {scan.path}"
-    else:
-        label = f"checkpoint {scan.path} ({scan.layout} layout, {len(scan.files)} files)"
+    label = _label(scan, cfg)
     prefix = "SYNTHETIC " if synthetic else ""
     layers = {}
     for layer_id, rows in zip(cfg.engram_layer_ids, cfg.engram_num_embeddings):
@@ -853,3 +862,66 @@ def default_checkpoint() -> Checkpoint:
 def safetensors_dtype(t: torch.Tensor) -> str:
     """The safetensors dtype string of a tensor (e.g. ``F8_E4M3``)."""
     return TORCH_TO_SAFETENSORS[t.dtype]
+
+
+# --------------------------------------------------------------------------------------------
+# inspect
+
+
+def inspect_checkpoint(path: str | Path, config: EngramConfig | str | Path | None = None) -> dict:
+    """What ``engram-viz inspect`` reports: the Engram-path tensors found (dtype, shape, files, bytes)
+    and whether they match the config (``valid``: True / False, or None when no config is known).
+    Reads headers only. Raises ``CheckpointError`` when the folder cannot even be scanned."""
+    scan = scan_checkpoint(path)
+    out = scan.describe()
+    out.update(config=None, valid=None, error=None, label=None)
+    try:
+        cfg = _resolve_config(scan, config)
+    except (CheckpointError, ConfigError) as err:
+        out["error"] = str(err)
+        return out
+    out["config"] = cfg.name
+    out["label"] = _label(scan, cfg)
+    try:
+        _validated_parts(scan, cfg)
+        out["valid"] = True
+    except CheckpointError as err:
+        out["valid"], out["error"] = False, str(err)
+    return out
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def format_inspect(report: dict) -> str:
+    """Human-readable table of an ``inspect_checkpoint`` report."""
+    head = (
+        f"checkpoint {report['path']}: {report['layout']} layout, {len(report['files'])} files, "
+        f"{report['n_tensors']:,} tensors listed, {len(report['tensors'])} on the Engram path"
+    )
+    lines = [head]
+    if report["synthetic"]:
+        lines.append("SYNTHETIC: random weights written by engram-viz, not trained")
+    rows = [("tensor", "dtype", "shape", "size", "file(s)")]
+    for t in report["tensors"]:
+        if t["parts"] > 1:
+            how = "rows split" if t["split"] else "replicated"
+            files = f"{t['files'][0]} .. {t['files'][-1]} ({how} over {t['parts']})"
+        else:
+            files = t["files"][0]
+        rows.append((t["name"], t["dtype"], str(t["shape"]), _size(t["bytes"]), files))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for r in rows:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4])
+    lines.append(f"Engram-path bytes: {_size(report['engram_bytes'])}")
+    if report["valid"] is True:
+        lines.append(f"check against config {report['config']}: ok (every dtype and shape as expected)")
+    elif report["valid"] is False:
+        lines.append(f"check against config {report['config']}: FAILED: {report['error']}")
+    else:
+        lines.append(f"not checked against a config: {report['error']}")
+    return "\n".join(lines)

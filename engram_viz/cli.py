@@ -75,6 +75,15 @@ def cmd_params(args: argparse.Namespace) -> None:
         print(f"  {'(fp8 scales, not counted)':<32} {c['scales_not_counted']:>18,}")
 
 
+def cmd_inspect(args: argparse.Namespace) -> None:
+    from .checkpoint import format_inspect, inspect_checkpoint
+
+    report = inspect_checkpoint(args.checkpoint, args.config)
+    print(json.dumps(report) if args.json else format_inspect(report))
+    if report["valid"] is False:
+        raise SystemExit(1)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="engram-viz", description="Look inside the Engram memory of DeepSeek-V4.1-Flash.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -96,6 +105,16 @@ def build_parser() -> argparse.ArgumentParser:
     _config_arg(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_params)
+
+    p = sub.add_parser(
+        "inspect", help="Engram tensors of a checkpoint folder: dtypes, shapes, shards, sizes, config check"
+    )
+    p.add_argument("checkpoint", help="checkpoint folder (model.safetensors.index.json + shards, or model{i}-mp{n})")
+    p.add_argument(
+        "--config", default=None, help="preset or config.json to check against (default: the folder's config.json)"
+    )
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_inspect)
     return parser
 
 
