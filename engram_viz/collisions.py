@@ -52,7 +52,6 @@ from .config import EngramConfig, load_config
 from .layout import EngramLayout
 from .ngrams import (
     NgramCounts,
-    column_view,
     iter_columns,
     make_decoder,
     ngram_hashes,
@@ -83,6 +82,7 @@ class _Pass:
     columns: list[dict]
     heads_shared: list[dict]
     examples: list[dict]
+    shared: dict[tuple[int, int], np.ndarray]  # (layer, order) -> heads_shared int8 [U]
 
 
 class CollisionStats:
@@ -119,28 +119,29 @@ class CollisionStats:
     # -- per n-gram
     def ngram_heads_shared(self, layer: int, order: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every distinct n-gram of ``order`` with its positions and, for ``layer``, on how many
-        heads it shares a bucket: ``(ngrams int64 [U, order], counts int64 [U], heads_shared int64 [U])``."""
-        li = self.layout.layer_index(layer)
-        shared = None
-        for head in range(self.layout.n_heads):
-            view = column_view(self.layout, self.counts, li, order, head)
-            s = (view.distinct_per_key() >= 2).astype(np.int64)
-            shared = s if shared is None else shared + s
-        return view.ngrams, view.counts, shared
+        heads it shares a bucket: ``(ngrams int64 [U, order] sorted, counts int64 [U], heads_shared int8 [U])``."""
+        self.layout.layer_index(layer)
+        self.layout.column(order, 0)
+        ngrams, counts = self.counts.ngrams(order)
+        return ngrams, counts, self._pass().shared[(layer, order)]
 
     # -- one pass over the columns
-    def _pass(self, n_examples: int, ngrams_per_bucket: int, candidates: int) -> _Pass:
+    def _pass(self, n_examples: int | None = None, ngrams_per_bucket: int = 4, candidates: int = 200) -> _Pass:
+        """All per-column figures in one pass; ``n_examples`` None reuses any cached pass."""
+        cached = self._cache
+        if cached is not None and cached[0][0] == self.counts.version and (
+            n_examples is None or cached[0][1:] == (n_examples, ngrams_per_bucket, candidates)
+        ):
+            return cached[1]
+        n_examples = 3 if n_examples is None else n_examples
         key = (self.counts.version, n_examples, ngrams_per_bucket, candidates)
-        if self._cache is not None and self._cache[0] == key:
-            return self._cache[1]
-        columns, heads_rows, examples = [], [], []
-        shared_heads = None
+        columns, heads_rows, examples, shared = [], [], [], {}
+        shared_heads = np.zeros(0, dtype=np.int8)
         probs: list[float] = []
         for view in iter_columns(self.layout, self.counts):
             k, m = len(view.ngrams), view.prime
-            per_key = view.distinct_per_key()
+            n_occupied, n_shared, per_key = view.occupancy()
             colliding = per_key >= 2
-            buckets, distinct, _ = view.bucket_totals()
             exp = expected_uniform(k, m)
             columns.append(
                 {
@@ -150,8 +151,8 @@ class CollisionStats:
                     "column": view.column,
                     "prime": m,
                     "distinct_ngrams": k,
-                    "occupied": len(buckets),
-                    "shared_buckets": int((distinct >= 2).sum()),
+                    "occupied": n_occupied,
+                    "shared_buckets": n_shared,
                     "colliding_ngrams": int(colliding.sum()),
                     "positions": int(view.counts.sum()),
                     "colliding_positions": int(view.counts[colliding].sum()),
@@ -161,10 +162,11 @@ class CollisionStats:
                 }
             )
             if view.head == 0:
-                shared_heads, probs = np.zeros(k, dtype=np.int64), []
+                shared_heads, probs = np.zeros(k, dtype=np.int8), []
             shared_heads += colliding
             probs.append(float(1 - np.exp(max(k - 1, 0) * np.log1p(-1.0 / m))))
             if view.head == self.layout.n_heads - 1:
+                shared[(view.layer, view.order)] = shared_heads
                 expected = poisson_binomial(np.array(probs)) * k
                 n_keys = np.bincount(shared_heads, minlength=self.layout.n_heads + 1)
                 n_pos = np.bincount(shared_heads, weights=view.counts, minlength=self.layout.n_heads + 1)
@@ -181,7 +183,10 @@ class CollisionStats:
                     )
             if n_examples and colliding.any():
                 examples += self._column_examples(view, colliding, n_examples, ngrams_per_bucket, candidates)
-        result = _Pass(columns, heads_rows, examples)
+        columns.sort(key=lambda r: (r["layer"], r["column"]))
+        heads_rows.sort(key=lambda r: (r["layer"], r["order"], r["heads_shared"]))
+        examples.sort(key=lambda r: (r["layer"], r["order"], r["head"], r["example"], r["ngram_rank"]))
+        result = _Pass(columns, heads_rows, examples, shared)
         self._cache = (key, result)
         return result
 
@@ -221,16 +226,16 @@ class CollisionStats:
     # -- tables
     def columns(self) -> pd.DataFrame:
         """Per (layer, order, head): observed and expected collision figures (module docstring)."""
-        return pd.DataFrame(self._pass(0, 0, 0).columns)
+        return pd.DataFrame(self._pass().columns)
 
     def heads_shared(self) -> pd.DataFrame:
         """(layer, order, heads_shared, ngrams, positions, expected_ngrams)."""
         return pd.DataFrame(
-            self._pass(0, 0, 0).heads_shared,
+            self._pass().heads_shared,
             columns=["layer", "order", "heads_shared", "ngrams", "positions", "expected_ngrams"],
         )
 
-    def examples(self, n_examples: int = 3, ngrams_per_bucket: int = 4, candidates: int = 2000, tokenizer=None) -> pd.DataFrame:
+    def examples(self, n_examples: int = 3, ngrams_per_bucket: int = 4, candidates: int = 200, tokenizer=None) -> pd.DataFrame:
         """Decoded colliding n-grams: (layer, order, head, example, row, bucket, n_ngrams,
         ngram_rank, ngram, ngram_ids, count); ``n_examples`` buckets per column."""
         recs = [dict(r) for r in self._pass(n_examples, ngrams_per_bucket, candidates).examples]
@@ -248,14 +253,14 @@ class CollisionStats:
         share a bucket: (order, rank, ngram, ngram_ids, count, layer, heads_shared)."""
         decoder = make_decoder(self.config, tokenizer, self.counts.pad_id)
         recs = []
+        shared = self._pass().shared
         for order in self.config.ngram_orders:
-            per_layer = {layer: self.ngram_heads_shared(layer, order) for layer in self.layout.layer_ids}
-            ngrams, counts, _ = per_layer[self.layout.layer_ids[0]]
+            ngrams, counts = self.counts.ngrams(order)
             best = top_indices(counts, np.arange(len(counts)), top)
             for rank, i in enumerate(best, 1):
                 ids = tuple(int(x) for x in ngrams[i])
                 text = decoder.text(ids) if decoder else ""
-                for layer, (_, _, shared) in per_layer.items():
+                for layer in self.layout.layer_ids:
                     recs.append(
                         {
                             "order": order,
@@ -264,7 +269,7 @@ class CollisionStats:
                             "ngram_ids": " ".join(map(str, ids)),
                             "count": int(counts[i]),
                             "layer": layer,
-                            "heads_shared": int(shared[i]),
+                            "heads_shared": int(shared[(layer, order)][i]),
                         }
                     )
         return pd.DataFrame(recs, columns=["order", "rank", "ngram", "ngram_ids", "count", "layer", "heads_shared"])

@@ -487,24 +487,47 @@ class ColumnView:
     counts: np.ndarray  # int64 [U], positions carrying each n-gram
     buckets: np.ndarray  # int64 [U], in [0, prime)
 
+    def _dense(self) -> bool:
+        """Count with a dense per-column array when the column is well filled (and <= 512 MB);
+        sort the few keys otherwise. Both give identical results."""
+        return self.prime <= 1 << 26 and len(self.buckets) * 8 >= self.prime
+
+    def _runs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(order, starts, lengths)``: ``buckets[order]`` is sorted; runs of equal buckets."""
+        order = np.argsort(self.buckets, kind="stable")
+        b = self.buckets[order]
+        starts = np.flatnonzero(np.r_[True, b[1:] != b[:-1]]) if len(b) else np.empty(0, np.int64)
+        lengths = np.diff(np.r_[starts, len(b)])
+        return order, starts, lengths
+
     def bucket_totals(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Occupied buckets (sorted) with their distinct n-grams and summed positions:
         ``(buckets int64 [R], n_ngrams int64 [R], hits int64 [R])``."""
-        if self.prime <= 1 << 26:  # one dense column at a time (<= 512 MB), never a whole table
+        if self._dense():  # one dense column at a time, never a whole table
             distinct = np.bincount(self.buckets, minlength=self.prime)
             occupied = np.flatnonzero(distinct)
             hits = np.bincount(self.buckets, weights=self.counts, minlength=self.prime)[occupied]
             return occupied, distinct[occupied], np.rint(hits).astype(np.int64)
-        occupied, inverse, distinct = np.unique(self.buckets, return_inverse=True, return_counts=True)
-        hits = np.bincount(inverse, weights=self.counts, minlength=len(occupied))
-        return occupied, distinct.astype(np.int64), np.rint(hits).astype(np.int64)
+        order, starts, lengths = self._runs()
+        if not len(order):
+            return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)
+        hits = np.add.reduceat(self.counts[order], starts)
+        return self.buckets[order[starts]], lengths.astype(np.int64), hits.astype(np.int64)
+
+    def occupancy(self) -> tuple[int, int, np.ndarray]:
+        """``(occupied buckets, buckets holding >= 2 distinct n-grams, distinct n-grams in each
+        n-gram's bucket int64 [U])``."""
+        if self._dense():
+            dense = np.bincount(self.buckets, minlength=self.prime)
+            return int(np.count_nonzero(dense)), int(np.count_nonzero(dense >= 2)), dense[self.buckets]
+        order, _, lengths = self._runs()
+        per_key = np.empty(len(order), dtype=np.int64)
+        per_key[order] = np.repeat(lengths, lengths)
+        return len(lengths), int(np.count_nonzero(lengths >= 2)), per_key
 
     def distinct_per_key(self) -> np.ndarray:
         """int64 ``[U]``: how many distinct n-grams share each n-gram's bucket (itself included)."""
-        if self.prime <= 1 << 26:
-            return np.bincount(self.buckets, minlength=self.prime)[self.buckets]
-        _, inverse, distinct = np.unique(self.buckets, return_inverse=True, return_counts=True)
-        return distinct[inverse]
+        return self.occupancy()[2]
 
 
 def column_view(layout: EngramLayout, counts: NgramCounts, layer_index: int, order: int, head: int) -> ColumnView:
@@ -518,10 +541,11 @@ def column_view(layout: EngramLayout, counts: NgramCounts, layer_index: int, ord
 
 
 def iter_columns(layout: EngramLayout, counts: NgramCounts) -> Iterator[ColumnView]:
-    """Every column of every layer, in (layer, order, head) order, one at a time."""
-    for li, layer in enumerate(layout.layer_ids):
-        for n in layout.config.ngram_orders:
-            ngrams, c = counts.ngrams(n)
+    """Every column, one at a time, in (order, layer, head) order: each order's n-grams are
+    unpacked once and hashed once per layer."""
+    for n in layout.config.ngram_orders:
+        ngrams, c = counts.ngrams(n)
+        for li, layer in enumerate(layout.layer_ids):
             h = ngram_hashes(layout, li, ngrams)
             for head in range(layout.n_heads):
                 col = (n - 2) * layout.n_heads + head
@@ -530,17 +554,27 @@ def iter_columns(layout: EngramLayout, counts: NgramCounts) -> Iterator[ColumnVi
 
 
 class NgramDecoder:
-    """Readable text of compressed n-grams: each compressed id shows as the text of its first
-    raw member (``The``/`` the``/``THE`` share an id, so case and a leading space may differ from
-    the source). The compressed pad id shows as ``<pad>``: a blocked look-back (sequence start or
-    image) - or the pad token itself, which the key cannot tell apart."""
+    """Readable text of compressed n-grams: each compressed id shows as the text of one raw
+    member - the most frequent one in ``raw_counts`` (int ``[vocab]``, e.g. counted over a
+    corpus) when given, else the lowest raw id. ``The``/`` the``/``THE`` share an id, so case
+    and a leading space may differ from the source. The compressed pad id shows as ``<pad>``: a
+    blocked look-back (sequence start or image) - or the pad token itself, which the key cannot
+    tell apart."""
 
-    def __init__(self, tokenizer, pad_id: int | None = None):
+    def __init__(self, tokenizer, pad_id: int | None = None, raw_counts: np.ndarray | None = None):
         self.tokenizer = tokenizer
         token_map = np.asarray(tokenizer.token_map)
         self.pad_id = int(token_map[tokenizer.config.engram_pad_id]) if pad_id is None else int(pad_id)
+        raw = np.arange(len(token_map), dtype=np.int64)
+        if raw_counts is None:
+            order = raw[::-1]  # the last write wins: the lowest raw id
+        else:
+            rc = np.asarray(raw_counts)
+            if rc.shape != token_map.shape:
+                raise ValueError(f"raw_counts must have shape {list(token_map.shape)}, got {list(rc.shape)}")
+            order = np.lexsort((-raw, rc))  # ascending count, ties: higher id first -> most frequent, lowest id last
         first = np.full(int(token_map.max()) + 1, -1, dtype=np.int64)
-        first[token_map[::-1]] = np.arange(len(token_map) - 1, -1, -1)  # lowest raw id wins
+        first[token_map[order]] = order
         self._first = first
         self._cache: dict[int, str] = {}
 

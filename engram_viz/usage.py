@@ -108,10 +108,14 @@ class RowUsage:
         return np.where(found, all_hits[at] if len(all_rows) else 0, 0)
 
     # -- one pass over the columns
-    def _pass(self, top: int) -> _Pass:
+    def _pass(self, top: int | None = None) -> _Pass:
+        """All per-column figures in one pass, keeping the ``top`` hottest rows per layer;
+        ``top`` None reuses any cached pass (and means 20 otherwise)."""
+        cached = self._cache
+        if cached is not None and cached[0] == self.counts.version and (top is None or cached[1] >= top):
+            return cached[2]
+        top = 20 if top is None else top
         key = (self.counts.version, top)
-        if self._cache is not None and self._cache[:2] == key:
-            return self._cache[2]
         columns, histogram, hot = [], {}, {layer: [] for layer in self.layout.layer_ids}
         for view in iter_columns(self.layout, self.counts):
             buckets, distinct, hits = view.bucket_totals()
@@ -140,6 +144,7 @@ class RowUsage:
         for entries in hot.values():
             entries.sort(key=lambda x: (-x[0], x[1]))
             del entries[top:]
+        columns.sort(key=lambda r: (r["layer"], r["column"]))
         result = _Pass(columns, histogram, hot)
         self._cache = (*key, result)
         return result
@@ -147,13 +152,13 @@ class RowUsage:
     # -- tables
     def coverage(self) -> pd.DataFrame:
         """Per (layer, order, head) column: rows touched / prime and hits (schema in module doc)."""
-        return pd.DataFrame(self._pass(0).columns)
+        return pd.DataFrame(self._pass().columns)
 
     def hit_histogram(self) -> pd.DataFrame:
         """(layer, order, hits, rows): how many rows were hit exactly ``hits`` times."""
         recs = [
             {"layer": layer, "order": order, "hits": h, "rows": r}
-            for (layer, order), hist in sorted(self._pass(0).histogram.items())
+            for (layer, order), hist in sorted(self._pass().histogram.items())
             for h, r in sorted(hist.items())
         ]
         return pd.DataFrame(recs, columns=["layer", "order", "hits", "rows"])
@@ -177,7 +182,7 @@ class RowUsage:
 
     def hot_rows(self, top: int = 20, ngrams_per_row: int = 5, tokenizer=None) -> pd.DataFrame:
         """The ``top`` most-hit rows of each layer with the n-grams that land there, decoded."""
-        hot = self._pass(top).hot
+        hot = {layer: entries[:top] for layer, entries in self._pass(top).hot.items()}
         decoder = make_decoder(self.config, tokenizer, self.counts.pad_id)
         want: dict[tuple[int, int], dict[int, int]] = {}  # (layer_index, column) -> {bucket: rank}
         for layer, entries in hot.items():
