@@ -75,6 +75,33 @@ def cmd_params(args: argparse.Namespace) -> None:
         print(f"  {'(fp8 scales, not counted)':<32} {c['scales_not_counted']:>18,}")
 
 
+def cmd_corpus(args: argparse.Namespace) -> None:
+    from .corpus import run_corpus
+    from .tokenizer import get_tokenizer
+
+    config = load_config(args.config)
+    result = run_corpus(
+        args.files or None,
+        args.out,
+        config=config,
+        tokenizer=get_tokenizer(config, args.tokenizer),
+        max_tokens=args.max_tokens,
+        text_field=args.text_field,
+        doc_mode=args.doc_mode,
+        bos=not args.no_bos,
+        top=args.top,
+        save_counts=args.save_counts,
+        progress=not args.no_progress,
+    )
+    s = result.summary
+    print(
+        f"config {s['config']}: {s['tokens']:,} tokens in {s['documents']:,} documents "
+        f"({s['tokens_per_s']:,} tokens/s counting, {s['analysis_s']:.1f} s analysis, peak {s['peak_rss_mb']:,.0f} MiB)"
+    )
+    print("distinct n-grams: " + ", ".join(f"{n}-grams {k:,}" for n, k in s["distinct_ngrams"].items()))
+    print(f"wrote {len(s['tables'])} tables (parquet + csv) and summary.json to {result.out_dir}")
+
+
 def cmd_inspect(args: argparse.Namespace) -> None:
     from .checkpoint import format_inspect, inspect_checkpoint
 
@@ -115,6 +142,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser("corpus", help="row usage and hash collisions over text/JSONL files -> tidy tables")
+    p.add_argument("files", nargs="*", metavar="FILE",
+                   help="text or JSONL files (.gz read transparently); none: the default Debian corpus "
+                        "(bible-kjv-text + debian-reference-zh-cn)")
+    p.add_argument("--out", required=True, help="output folder for the tables and summary.json")
+    _config_arg(p)
+    p.add_argument("--max-tokens", type=int, default=None, help="stop after N tokens")
+    p.add_argument("--text-field", default="text", help="JSONL field holding the text (default: text)")
+    p.add_argument("--doc-mode", choices=["paragraph", "line", "file"], default="paragraph",
+                   help="what a document (a sequence) is in plain text files (default: paragraph)")
+    p.add_argument("--no-bos", action="store_true", help="do not start each document with BOS")
+    p.add_argument("--tokenizer", default=None, help="tokenizer.json or checkpoint folder (default: bundled V4 tokenizer)")
+    p.add_argument("--top", type=int, default=20, help="hot rows per layer (default: 20)")
+    p.add_argument("--save-counts", action="store_true", help="also write ngram_counts.npz (for merging shards)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_corpus)
     return parser
 
 
