@@ -47,9 +47,15 @@ site            shape, dtype              meaning
 A hook that returns a tensor replaces the intermediate for the rest of the forward (e.g. force
 ``gate`` to 0 to ablate the memory).
 
-CPU vs CUDA: the same inputs give gates equal within 2e-3 absolute at worst (the signed square
-root amplifies float32 summation-order differences near ``dot = 0``), typically within 1e-5;
-``key``/``value`` agree within one bf16 ulp. ``benchmarks/gpu_check.py`` measures both.
+CPU vs CUDA (stated tolerance, checked by ``benchmarks/gpu_check.py`` and a CUDA-only test):
+the float32 GEMM sums in a different order on each device, so a few bf16-rounded ``key``/``value``
+elements (about 5 in 100,000 at v41-flash size) land one bf16 ulp apart; the rest differs only by
+float32 rounding (reductions over dim, rsqrt, sigmoid). Hence ``key``/``value`` agree within one bf16 ulp, ``dot`` within
+:data:`CPU_CUDA_DOT_ATOL` (1e-3; ~1.5e-4 seen), gates within :data:`CPU_CUDA_GATE_ATOL` (5e-3) at
+worst and within :data:`CPU_CUDA_GATE_P99` (1e-4) for 99% of them (~6e-6 seen). The worst case is
+loose because the signed square root is steep at ``dot = 0``: ``|dgate| <= 0.5 * sqrt(|ddot| / 2)``
+when ``dot`` changes sign. ("seen": the float32 path against float64 accumulation, 768 tokens at
+v41-flash size on synthetic weights, standing in for a second summation order.)
 """
 
 from __future__ import annotations
@@ -69,7 +75,9 @@ from .hooks import HookPoint, hook_points
 WKV_MODES = ("fp8", "bf16", "float32")
 HOOK_SITES = ("token_mask", "hash_ids", "rows", "key", "value", "dot", "gate", "out")
 CLAMP_VALUE = 1e-6  # |dot| floor before the signed square root (reference ``clamp_value``)
-CPU_CUDA_GATE_ATOL = 2e-3  # stated CPU vs CUDA gate tolerance (max abs difference)
+CPU_CUDA_GATE_ATOL = 5e-3  # stated CPU vs CUDA gate tolerance: max abs difference
+CPU_CUDA_GATE_P99 = 1e-4  # ... and the 99th percentile of the abs differences
+CPU_CUDA_DOT_ATOL = 1e-3  # stated CPU vs CUDA tolerance of dot (max abs difference)
 
 
 def default_device() -> torch.device:

@@ -15,7 +15,14 @@ from torch import nn
 from engram_viz import fp8
 from engram_viz.cli import main as cli_main
 from engram_viz.config import load_config
-from engram_viz.engram import CPU_CUDA_GATE_ATOL, HOOK_SITES, WKV_MODES, Engram, param_counts, tensor_shapes
+from engram_viz.engram import (
+    CPU_CUDA_GATE_ATOL,
+    HOOK_SITES,
+    WKV_MODES,
+    Engram,
+    param_counts,
+    tensor_shapes,
+)
 
 LAYER = 1
 B, T = 2, 9
@@ -344,15 +351,30 @@ def test_params_cli(capsys):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("mode", ["fp8", "bf16"])
 def test_cpu_and_cuda_agree_within_the_stated_tolerance(weights, inputs, mode):
+    """Keys/values within one bf16 ulp; each device's dot and gate follow the formula on its own
+    key/value; where the keys are bit-equal the gates agree to float32 rounding; all gates within
+    the stated CPU_CUDA_GATE_ATOL (its p99 / dot figures are stated for v41-flash size and checked
+    there by benchmarks/gpu_check.py: a one-ulp key flip moves dot ~9x more at this tiny dim)."""
+    config = load_config("tiny")
     x, ids, mask = inputs
-    cpu = Engram.from_weights("tiny", weights, mode=mode, device="cpu")
-    gpu = Engram.from_weights("tiny", weights, mode=mode, device="cuda")
+    cpu = Engram.from_weights(config, weights, mode=mode, device="cpu")
+    gpu = Engram.from_weights(config, weights, mode=mode, device="cuda")
     weights.table.devices.clear()
     _, seen_c = capture(cpu, x, ids, mask)
     out_g, seen_g = capture(gpu, x.cuda(), ids, mask)
     assert all(d.type == "cpu" for d in weights.table.devices)  # gathered on the host
     assert out_g.device.type == "cuda" and seen_g["gate"].device.type == "cuda"
-    assert (seen_g["gate"].cpu() - seen_c["gate"]).abs().max() <= CPU_CUDA_GATE_ATOL
-    key_c, key_g = seen_c["key"], seen_g["key"].cpu()
-    assert torch.all((key_c - key_g).abs() <= 2.0**-7 * key_c.abs() + 1e-6)  # within one bf16 ulp
-    assert torch.equal(seen_g["gate"].cpu()[~mask], seen_c["gate"][~mask])
+    seen_g = {k: v.cpu() for k, v in seen_g.items()}
+    for site in ("key", "value"):
+        a, b = seen_c[site], seen_g[site]
+        assert torch.all((a - b).abs() <= 2.0**-7 * a.abs() + 1e-6), site  # within one bf16 ulp
+    q64, k64 = f64(weights.q_weight), f64(weights.k_weight)
+    own = engram_gate_math(f64(x), f64(seen_g["key"]), f64(seen_g["value"]), q64, k64, config.norm_eps, mask.numpy())
+    np.testing.assert_allclose(f64(seen_g["dot"]), own["dot"], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(f64(seen_g["gate"]), own["gate"], rtol=0, atol=1e-6)
+    diff = (seen_g["gate"] - seen_c["gate"]).abs()
+    same_key = (seen_g["key"] == seen_c["key"]).all(-1)
+    assert diff[same_key].max() <= 1e-5
+    assert diff.max() <= CPU_CUDA_GATE_ATOL
+    assert torch.equal(seen_g["gate"][~mask], seen_c["gate"][~mask])
+    assert torch.equal(out_g.cpu()[~mask], x[~mask])
