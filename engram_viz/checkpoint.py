@@ -472,7 +472,7 @@ def _check_entry(
                 f"{p.path}: tensor {name!r} has dtype {p.dtype}, expected {dtype} (config {config.name!r})"
             )
     n = len(entry.parts)
-    split = _is_table(name) or (name == EMBED_NAME and n > 1 and entry.parts[0].shape[0] != shape[0])
+    split = n > 1 and (_is_table(name) or (name == EMBED_NAME and entry.parts[0].shape[0] != shape[0]))
     if not split:
         for p in entry.parts:
             if p.shape != shape:
