@@ -378,3 +378,41 @@ def test_cpu_and_cuda_agree_within_the_stated_tolerance(weights, inputs, mode):
     assert diff.max() <= CPU_CUDA_GATE_ATOL
     assert torch.equal(seen_g["gate"][~mask], seen_c["gate"][~mask])
     assert torch.equal(out_g.cpu()[~mask], x[~mask])
+
+
+def test_end_to_end_on_the_synthetic_tiny_checkpoint():
+    """The real pieces together: synthetic checkpoint (lazy fp8 table), hasher, embedding streams,
+    Engram.from_weights - against the independent float64 path fed by the table's own fp8 bytes."""
+    from engram_viz.checkpoint import synthetic_checkpoint
+    from engram_viz.hashing import hash_prompt
+    from engram_viz.streams import embedding_streams
+
+    ckpt = synthetic_checkpoint("tiny")
+    config = ckpt.config
+    g = torch.Generator().manual_seed(7)
+    raw = torch.randint(0, config.vocab_size, (2, 12), generator=g)
+    types = torch.full((2, 12), -1)
+    types[1, 4:8] = torch.tensor([0, 1, 2, 3])
+    streams = embedding_streams(ckpt, raw, types)
+    token_map = np.arange(config.vocab_size, dtype=np.int64) % config.engram_compressed_vocab_size
+    ids = hash_prompt(config, token_map, raw, streams.token_mask)
+    for li, layer_id in enumerate(config.engram_layer_ids):
+        weights = ckpt.layer(layer_id)
+        engram = Engram.from_weights(config, weights, mode="fp8", device="cpu")
+        assert "SYNTHETIC" in weights.table.label and engram.table is weights.table
+        out, seen = capture(engram, streams.x, ids[:, :, li], streams.token_mask)
+        rows64 = dequant_rows(*weights.table.gather_fp8(ids[:, :, li]))
+        assert np.array_equal(f64(seen["rows"]), rows64)
+        ref = engram_reference(
+            f64(streams.x),
+            rows64,
+            dequant_blocks(weights.wkv_weight, weights.wkv_scale),
+            f64(weights.q_weight),
+            f64(weights.k_weight),
+            config.norm_eps,
+            streams.token_mask.numpy(),
+            "fp8",
+        )
+        assert np.max(np.abs(f64(seen["gate"]) - ref["gate"])) < 1e-3
+        assert torch.equal(out[~streams.token_mask], streams.x[~streams.token_mask])
+        assert out.dtype == torch.bfloat16

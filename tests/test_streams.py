@@ -221,3 +221,13 @@ def test_streams_from_tensor():
     with pytest.raises(ValueError, match=r"input_ids must have shape \[2, 3\]"):
         streams_from_tensor(x, input_ids=torch.ones(3, dtype=torch.int64))
     assert streams_from_tensor(x.to(torch.bfloat16)).x.dtype == torch.bfloat16  # no config: shape free, dtype kept
+
+
+def test_embedding_streams_of_the_synthetic_checkpoint_say_synthetic():
+    from engram_viz.checkpoint import synthetic_checkpoint
+
+    ckpt = synthetic_checkpoint("tiny")
+    ids = torch.tensor([[0, 1, 2, 100]])
+    s = embedding_streams(ckpt, ids)
+    assert torch.equal(s.x[:, :, 2], ckpt.embed.rows(ids))
+    assert "SYNTHETIC" in s.label and ckpt.label in s.label
