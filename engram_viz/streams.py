@@ -145,7 +145,9 @@ def embedding_streams(checkpoint: Any, raw_ids: Any, token_types: torch.Tensor |
     if tuple(rows.shape) != (*bt, config.dim):
         raise ValueError(f"embed.rows returned {list(rows.shape)}; expected {[*bt, config.dim]}")
     x = rows.unsqueeze(2).repeat(1, 1, config.hc_mult, 1)
-    weights = f"{checkpoint.label}, SYNTHETIC weights" if checkpoint.synthetic else checkpoint.label
+    weights = checkpoint.label
+    if checkpoint.synthetic and "SYNTHETIC" not in weights:
+        weights += ", SYNTHETIC weights"
     label = (
         f"embedding streams: embed.weight rows repeated into {config.hc_mult} streams ({weights}) - "
         f"the true input of layer 0; only a proxy for the streams entering Engram layers "
