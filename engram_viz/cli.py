@@ -111,6 +111,25 @@ def cmd_inspect(args: argparse.Namespace) -> None:
         raise SystemExit(1)
 
 
+def cmd_report(args: argparse.Namespace) -> None:
+    from .report import summary_text, write_report
+
+    def log(msg: str) -> None:
+        print(f"engram-viz report: {msg}", file=sys.stderr, flush=True)
+
+    report = write_report(
+        args.out,
+        checkpoint=args.checkpoint,
+        prompts=args.prompts,
+        device=args.device,
+        mode=args.mode,
+        theme=args.theme,
+        streams=args.streams,
+        log=None if args.quiet else log,
+    )
+    print(summary_text(report), end="")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="engram-viz", description="Look inside the Engram memory of DeepSeek-V4.1-Flash.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -159,6 +178,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--save-counts", action="store_true", help="also write ngram_counts.npz (for merging shards)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_corpus)
+    p = sub.add_parser("report", help="the main job: run a prompt set -> tidy tables, figures, one offline HTML report")
+    p.add_argument("--checkpoint", default=None, help="checkpoint folder (default: the embedded default weights)")
+    p.add_argument("--prompts", default=None, help="prompt JSONL file (default: data/prompts/default.jsonl)")
+    p.add_argument("--out", default="out/report", help="output folder (default: out/report)")
+    p.add_argument("--streams", default="auto",
+                   help="auto, model, embedding or a captured-streams .safetensors file (default: auto)")
+    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+    p.add_argument("--mode", default="fp8", choices=["fp8", "bf16"], help="wkv mode (default: fp8, the reference)")
+    p.add_argument("--theme", default="light", choices=["light", "dark"])
+    p.add_argument("--quiet", action="store_true", help="no progress messages")
+    p.set_defaults(func=cmd_report)
     return parser
 
 

@@ -55,6 +55,9 @@ def _atomic_write(path: Path, write: Any) -> None:
     os.close(fd)
     try:
         write(tmp)
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes 0600; give the file the usual permissions
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
