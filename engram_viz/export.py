@@ -10,6 +10,7 @@ finds Debian's ``/usr/bin/chromium`` on the PATH, or the one named by ``BROWSER_
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import re
 import shutil
@@ -109,7 +110,7 @@ def save_matplotlib(fig: Figure, path: str | os.PathLike, *, dpi: float = 200, f
     """Save a matplotlib figure as PDF, SVG or PNG (format from ``fmt`` or the suffix).
 
     PDF embeds TrueType fonts (fonttype 42), SVG keeps text as text (fonttype 'none'), PNG is
-    ``round(width_in * dpi) x round(height_in * dpi)`` pixels. Figures of ``engram_viz.plots`` are
+    ``int(width_in * dpi) x int(height_in * dpi)`` pixels. Figures of ``engram_viz.plots`` are
     saved under their theme's settings; dates are left out so that files are reproducible.
     """
     fmt = _format_of(path, fmt)
@@ -143,8 +144,13 @@ def save_html(document: str, path: str | os.PathLike) -> Path:
 
 def plotly_html(fig) -> str:
     """A complete HTML page of a plotly figure with plotly.js inlined (no CDN, no MathJax)."""
+    div_id = "engram-viz-" + hashlib.sha1(fig.to_json().encode("utf-8")).hexdigest()[:12]  # stable diffs
     return fig.to_html(
-        full_html=True, include_plotlyjs=True, include_mathjax=False, config={"displaylogo": False, "responsive": True}
+        full_html=True,
+        include_plotlyjs=True,
+        include_mathjax=False,
+        div_id=div_id,
+        config={"displaylogo": False, "responsive": True},
     )
 
 

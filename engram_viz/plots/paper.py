@@ -452,8 +452,7 @@ def touched_rows_map(
     n_heads = lay_out.n_heads
     with themed_figure(theme, (width, 0.5 + 2.2 * len(layers))) as (fig, t):
         axes = fig.subplots(len(layers), 1, squeeze=False)[:, 0]
-        cmap = t.heat_cmap.copy()
-        cmap.set_bad(t.background)
+        cmap = t.heat_cmap.with_extremes(bad=t.background)
         for ax, lay in zip(axes, layers):
             li = lay_out.layer_index(lay)
             offsets, primes = lay_out.offsets[li], lay_out.column_primes[li]

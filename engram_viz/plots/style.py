@@ -70,9 +70,7 @@ class Theme:
     def heat_cmap(self) -> Colormap:
         from matplotlib import colormaps
 
-        cmap = colormaps[HEAT_CMAP].copy()
-        cmap.set_bad(self.image)
-        return cmap
+        return colormaps[HEAT_CMAP].with_extremes(bad=self.image)
 
 
 THEMES: dict[str, Theme] = {
@@ -250,7 +248,8 @@ def themed_figure(theme: str | Theme, figsize: tuple[float, float], layout: str 
     """Yield ``(fig, theme)``: a pyplot-free ``Figure`` built under the theme's rcParams.
 
     On exit the figure is drawn once without rendering, so that ticks and labels pick up the
-    theme's fonts and colours now (a notebook later draws outside the rc context), and tagged with
+    theme's fonts and colours now (a notebook later draws outside the rc context), its layout is
+    frozen (every later save gives the same bytes), and it is tagged with
     ``fig.engram_viz_theme`` so that ``engram_viz.export`` saves it under the same settings.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -262,4 +261,5 @@ def themed_figure(theme: str | Theme, figsize: tuple[float, float], layout: str 
         FigureCanvasAgg(fig)
         yield fig, t
         fig.draw_without_rendering()
+        fig.set_layout_engine("none")  # freeze the layout: later draws and saves are identical
     fig.engram_viz_theme = t.name
