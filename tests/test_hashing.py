@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from engram_viz.cli import main
 from engram_viz.config import EngramConfig, load_config
 from engram_viz.hashing import DEAD, NgramHasher, hash_prompt
+from engram_viz.images import build_input
 
 VERIFIED_MULTIPLIERS = {
     1: [76632096046245, 4839876093313, 35959672319349, 73987337458391],
@@ -125,16 +126,6 @@ class Reference:
         return out
 
 
-@pytest.fixture(scope="module", params=PRESETS)
-def preset(request) -> str:
-    return request.param
-
-
-@pytest.fixture(scope="module")
-def reference(preset) -> Reference:
-    return Reference(load_config(preset))
-
-
 @pytest.fixture(scope="module")
 def references() -> dict[str, Reference]:
     return {name: Reference(load_config(name)) for name in PRESETS}
@@ -153,20 +144,10 @@ def reference_rows(ref: Reference, tokenizer, ids: torch.Tensor, mask: torch.Ten
     return np.array(batch, dtype=np.int64).reshape(len(batch), ids.shape[1], len(ref.multipliers), -1)
 
 
-def vl_prompt(tokenizer, config, parts: list) -> tuple[torch.Tensor, torch.Tensor]:
-    """Raw ids [1, T] and token mask [1, T] of text pieces and (w, h) image grids, in order."""
-    ids, mask = [], []
-    for part in parts:
-        if isinstance(part, str):
-            raw = tokenizer.encode(part)
-            ids += raw
-            mask += [True] * len(raw)
-        else:
-            w, h = part
-            n = h * (w + 1) + 2  # [START] + ([IMAGE] * w + [NEWLINE]) * h + [END]
-            ids += [config.image_token_id] * n
-            mask += [False] * n
-    return torch.tensor([ids]), torch.tensor([mask])
+def vl_prompt(tokenizer, preset: str, text: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Raw ids [1, T] and token mask [1, T] of a prompt with ``<image:WxH>`` placeholders (no BOS)."""
+    built = build_input(text, tokenizer, preset, bos=False).to_torch()
+    return built["input_ids"], built["token_mask"]
 
 
 # ---------------------------------------------------------------- the reference's own parameters
@@ -189,14 +170,18 @@ def test_reference_primes_match_the_verified_facts(references):
 
 
 @pytest.mark.parametrize("text", [ENGLISH, CHINESE, ENGLISH + " " + CHINESE], ids=["english", "chinese", "mixed"])
-def test_real_text_matches_reference(preset, reference, tokenizer, text):
+@pytest.mark.parametrize("preset", PRESETS)
+def test_real_text_matches_reference(preset, references, tokenizer, text):
+    reference = references[preset]
     ids = torch.tensor([tokenizer.encode(text, bos=True)])
     got = hash_prompt(preset, tokenizer.token_map, ids)
     assert got.dtype == torch.int64 and got.shape == (1, ids.shape[1], 2, 24)
     np.testing.assert_array_equal(got.numpy(), reference_rows(reference, tokenizer, ids))
 
 
-def test_random_ids_match_reference(preset, reference, tokenizer):
+@pytest.mark.parametrize("preset", PRESETS)
+def test_random_ids_match_reference(preset, references, tokenizer):
+    reference = references[preset]
     gen = torch.Generator().manual_seed(1234)
     ids = torch.randint(0, 129_280, (3, 97), generator=gen)
     ids[0, 10:20] = 2  # pad tokens inside the text
@@ -208,10 +193,11 @@ def test_random_ids_match_reference(preset, reference, tokenizer):
     np.testing.assert_array_equal(hash_prompt(preset, tokenizer.token_map, ids.int()).numpy(), got.numpy())
 
 
-def test_image_spans_match_reference(preset, reference, tokenizer):
-    config = load_config(preset)
-    ids0, mask0 = vl_prompt(tokenizer, config, [(3, 2), "Describe this picture:", (4, 1), (2, 2), "in one word."])
-    ids1, mask1 = vl_prompt(tokenizer, config, ["Compare", (2, 3), "with the text", (1, 1)])
+@pytest.mark.parametrize("preset", PRESETS)
+def test_image_spans_match_reference(preset, references, tokenizer):
+    reference = references[preset]
+    ids0, mask0 = vl_prompt(tokenizer, preset, "<image:3x2>Describe this picture:<image:4x1><image:2x2>in one word.")
+    ids1, mask1 = vl_prompt(tokenizer, preset, "Compare<image:2x3>with the text<image:1x1>")
     length = max(ids0.shape[1], ids1.shape[1])
     # batch of two prompts of different lengths, the shorter one padded with text pad tokens
     ids = torch.full((2, length), 2)
@@ -328,12 +314,12 @@ def test_text_after_an_image_hashes_like_a_sequence_start(tokenizer, prompt):
 
 def test_image_span_shuts_the_lookback_of_the_next_token(tokenizer):
     # explicit case: "cat" after an image vs "cat" after text
-    config = load_config("v41-flash")
-    ids, mask = vl_prompt(tokenizer, config, ["a", (2, 1), " cat"])
-    rows = hash_prompt(config, tokenizer.token_map, ids, mask)[0]
-    start = hash_prompt(config, tokenizer.token_map, torch.tensor([tokenizer.encode(" cat")]))[0, 0]
+    ids, mask = vl_prompt(tokenizer, "v41-flash", "a<image:2x1> cat")
+    assert (~mask).sum() == 5 and ids[0, -1] == tokenizer.encode(" cat")[0]
+    rows = hash_prompt("v41-flash", tokenizer.token_map, ids, mask)[0]
+    start = hash_prompt("v41-flash", tokenizer.token_map, torch.tensor([tokenizer.encode(" cat")]))[0, 0]
     assert torch.equal(rows[-1], start)
-    unmasked = hash_prompt(config, tokenizer.token_map, ids)[0]
+    unmasked = hash_prompt("v41-flash", tokenizer.token_map, ids)[0]
     assert not torch.equal(unmasked[-1], start)
 
 

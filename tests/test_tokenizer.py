@@ -159,7 +159,9 @@ def test_compress_keeps_shape_and_checks_range(tokenizer):
 
 def test_get_tokenizer_is_shared(tokenizer, v41_config):
     assert get_tokenizer(v41_config) is tokenizer
-    assert get_tokenizer("tiny").token_map is not None
+    tiny = get_tokenizer("tiny")  # another config, the same tokenizer and map
+    assert tiny is not tokenizer and tiny.config.name == "tiny"
+    assert np.array_equal(tiny.token_map, tokenizer.token_map)
 
 
 # ---------------------------------------------------------------- cache and mismatches
