@@ -20,7 +20,7 @@ system:
 
 demo: venv system
 	$(VENV)/bin/engram-viz layout --config v41-flash
-	$(VENV)/bin/engram-viz hash "The Engram memory of DeepSeek remembers Alexander the Great."
+	$(VENV)/bin/engram-viz report --out $(OUT)
 
 test: venv system
 	$(PY) -m pytest -q
