@@ -263,24 +263,52 @@ def read_tensor(info: TensorInfo) -> torch.Tensor:
 def check_row_ids(row_ids, num_rows: int, what: str) -> torch.Tensor:
     """Validate row ids (a tensor of any shape, or anything ``torch.as_tensor`` takes) -> int64.
 
-    Raises ``TypeError`` for non-integer ids and ``RowIdError`` naming the first bad id, the
-    table and the valid range.
+    Raises ``TypeError`` for non-integer ids and ``RowIdError`` naming a bad id (the smallest
+    negative or the largest too large), the table and the valid range.
     """
     ids = row_ids if isinstance(row_ids, torch.Tensor) else torch.as_tensor(np.asarray(row_ids))
     if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
         raise TypeError(f"row ids for {what} must be integers, got {ids.dtype}")
     ids = ids.long()
     if ids.numel():
-        lo, hi = int(ids.min()), int(ids.max())
+        if ids.device.type == "cpu":  # numpy: no intra-op thread start-up on a busy machine
+            flat = ids.detach().numpy()
+            lo, hi = int(flat.min()), int(flat.max())
+        else:
+            lo, hi = (int(v) for v in torch.aminmax(ids))
         if lo < 0 or hi >= num_rows:
             bad = lo if lo < 0 else hi
             raise RowIdError(f"row id {bad} out of range for {what}: expected 0..{num_rows - 1} ({num_rows:,} rows)")
     return ids
 
 
-def _unique(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sorted unique ids of a flat id tensor and the inverse index."""
-    return torch.unique(ids.reshape(-1).cpu(), sorted=True, return_inverse=True)
+def _unique(ids: torch.Tensor) -> tuple[np.ndarray, torch.Tensor]:
+    """Sorted unique ids (numpy int64) of an id tensor of any shape and the flat inverse index (CPU)."""
+    flat = ids.detach().reshape(-1).cpu().numpy()
+    uniq, inv = np.unique(flat, return_inverse=True)
+    return uniq.astype(np.int64, copy=False), torch.from_numpy(inv.reshape(-1).astype(np.int64, copy=False))
+
+
+_WIDE = (torch.int64, torch.int32, torch.int16)
+
+
+def _expand(rows: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """``rows[idx]`` -> ``[len(idx), cols]`` for a 2D tensor of any dtype, by ``index_select`` on the
+    widest integer view of each row (fp8 rows indexed byte by byte are an order of magnitude slower)."""
+    idx = idx.reshape(-1).to(rows.device)
+    rows = rows.contiguous()
+    row_bytes = rows.shape[1] * rows.element_size()
+    as_bytes = rows.view(torch.uint8)
+    for wide in _WIDE:
+        if row_bytes and row_bytes % wide.itemsize == 0:
+            try:
+                picked = torch.index_select(as_bytes.view(wide), 0, idx).view(torch.uint8)
+                break
+            except RuntimeError:  # storage offset not aligned for the wide view
+                continue
+    else:
+        picked = torch.index_select(as_bytes, 0, idx)
+    return picked.view(rows.dtype)
 
 
 # --------------------------------------------------------------------------------------------
@@ -303,16 +331,9 @@ class RowSource:
         """Rows of ids of any shape ``[...]`` -> ``[..., cols]`` on the ids' device."""
         ids = check_row_ids(row_ids, self.num_rows, self.label)
         uniq, inv = _unique(ids)
-        rows = self.read_unique(uniq.numpy())
+        rows = self.read_unique(uniq)
         out = _expand(rows, inv).reshape(*ids.shape, self.cols)
         return out.to(ids.device)
-
-
-def _expand(rows: torch.Tensor, inv: torch.Tensor) -> torch.Tensor:
-    """``rows[inv]`` for any dtype (fp8 indexed through a byte view)."""
-    if rows.dtype.itemsize == 1 and rows.dtype not in (torch.uint8, torch.int8):
-        return rows.view(torch.uint8)[inv].view(rows.dtype)
-    return rows[inv]
 
 
 _POOL: ThreadPoolExecutor | None = None
@@ -594,9 +615,9 @@ class EngramTable:
         float8_e8m0fnu ``[..., head_dim / 32]``, on the ids' device, bit for bit as stored."""
         ids = self._check(row_ids)
         uniq, inv = _unique(ids)
-        w, s = self._gather_unique(uniq.numpy())
-        w = _expand(w, inv.to(w.device)).reshape(*ids.shape, self.head_dim)
-        s = _expand(s, inv.to(s.device)).reshape(*ids.shape, self.head_dim // FP8_BLOCK_SIZE)
+        w, s = self._gather_unique(uniq)
+        w = _expand(w, inv).reshape(*ids.shape, self.head_dim)
+        s = _expand(s, inv).reshape(*ids.shape, self.head_dim // FP8_BLOCK_SIZE)
         return w.to(ids.device), s.to(ids.device)
 
     def __call__(self, row_ids) -> torch.Tensor:
@@ -607,7 +628,7 @@ class EngramTable:
         """
         ids = self._check(row_ids)
         uniq, inv = _unique(ids)
-        w, s = self._gather_unique(uniq.numpy())
+        w, s = self._gather_unique(uniq)
         w, s, inv = w.to(ids.device), s.to(ids.device), inv.to(ids.device)
         out = torch.empty(inv.numel(), self.head_dim, dtype=torch.bfloat16, device=ids.device)
         for a in range(0, inv.numel(), DEQUANT_CHUNK_ROWS):
@@ -765,8 +786,8 @@ class TokenEmbedding:
     def rows(self, raw_ids) -> torch.Tensor:
         ids = check_row_ids(raw_ids, self.num_rows, f"token embedding ({self.label})")
         uniq, inv = _unique(ids)
-        rows = self.source.read_unique(uniq.numpy()).to(ids.device)
-        return rows[inv.to(ids.device)].reshape(*ids.shape, self.dim)
+        rows = self.source.read_unique(uniq).to(ids.device)
+        return _expand(rows, inv).reshape(*ids.shape, self.dim)
 
     __call__ = rows
 
