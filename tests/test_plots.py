@@ -104,7 +104,7 @@ def build_tables(rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.Dat
                 at = rows[(rows["layer"] == layer) & (rows["order"] == order) & (rows["head"] == head)]
                 touched = int(at["row"].nunique())
                 cov.append((layer, order, head, prime, touched, touched / prime))
-                k, q = len(at), 1 - 1 / prime
+                k, q = len(at), 1 - 1 / prime  # positions stand in for distinct n-grams: shapes only
                 shared = int((at["row"].value_counts() > 1).sum())
                 col.append(
                     (
