@@ -52,6 +52,7 @@ from .config import EngramConfig, load_config
 from .layout import EngramLayout
 from .ngrams import (
     NgramCounts,
+    bucket_lookup,
     iter_columns,
     make_decoder,
     ngram_hashes,
@@ -93,7 +94,9 @@ class CollisionStats:
     whole (the population is a union of keys, with position counts summed).
     """
 
-    def __init__(self, config: EngramConfig | str = "tiny", counts: NgramCounts | None = None, pad_id: int | None = None):
+    def __init__(
+        self, config: EngramConfig | str = "tiny", counts: NgramCounts | None = None, pad_id: int | None = None
+    ):
         self.config = load_config(config)
         self.layout = EngramLayout(self.config)
         self.counts = counts if counts is not None else NgramCounts(self.config, pad_id)
@@ -129,8 +132,10 @@ class CollisionStats:
     def _pass(self, n_examples: int | None = None, ngrams_per_bucket: int = 4, candidates: int = 200) -> _Pass:
         """All per-column figures in one pass; ``n_examples`` None reuses any cached pass."""
         cached = self._cache
-        if cached is not None and cached[0][0] == self.counts.version and (
-            n_examples is None or cached[0][1:] == (n_examples, ngrams_per_bucket, candidates)
+        if (
+            cached is not None
+            and cached[0][0] == self.counts.version
+            and (n_examples is None or cached[0][1:] == (n_examples, ngrams_per_bucket, candidates))
         ):
             return cached[1]
         n_examples = 3 if n_examples is None else n_examples
@@ -235,7 +240,9 @@ class CollisionStats:
             columns=["layer", "order", "heads_shared", "ngrams", "positions", "expected_ngrams"],
         )
 
-    def examples(self, n_examples: int = 3, ngrams_per_bucket: int = 4, candidates: int = 200, tokenizer=None) -> pd.DataFrame:
+    def examples(
+        self, n_examples: int = 3, ngrams_per_bucket: int = 4, candidates: int = 200, tokenizer=None
+    ) -> pd.DataFrame:
         """Decoded colliding n-grams: (layer, order, head, example, row, bucket, n_ngrams,
         ngram_rank, ngram, ngram_ids, count); ``n_examples`` buckets per column."""
         recs = [dict(r) for r in self._pass(n_examples, ngrams_per_bucket, candidates).examples]
@@ -244,8 +251,19 @@ class CollisionStats:
             ids = r.pop("ngram_ids")
             r["ngram"] = decoder.text(ids) if decoder else ""
             r["ngram_ids"] = " ".join(map(str, ids))
-        cols = ["layer", "order", "head", "example", "row", "bucket", "n_ngrams", "ngram_rank", "ngram", "ngram_ids",
-                "count"]
+        cols = [
+            "layer",
+            "order",
+            "head",
+            "example",
+            "row",
+            "bucket",
+            "n_ngrams",
+            "ngram_rank",
+            "ngram",
+            "ngram_ids",
+            "count",
+        ]
         return pd.DataFrame(recs, columns=cols)
 
     def top_ngrams(self, top: int = 50, tokenizer=None) -> pd.DataFrame:
@@ -274,7 +292,9 @@ class CollisionStats:
                     )
         return pd.DataFrame(recs, columns=["order", "rank", "ngram", "ngram_ids", "count", "layer", "heads_shared"])
 
-    def to_frame(self, n_examples: int = 3, ngrams_per_bucket: int = 4, top: int = 50, tokenizer=None) -> dict[str, pd.DataFrame]:
+    def to_frame(
+        self, n_examples: int = 3, ngrams_per_bucket: int = 4, top: int = 50, tokenizer=None
+    ) -> dict[str, pd.DataFrame]:
         """All tables, keyed ``columns``, ``heads_shared``, ``examples``, ``top_ngrams``."""
         return {
             "columns": self.columns(),
@@ -318,14 +338,7 @@ class CollisionStats:
                 for head in range(self.layout.n_heads):
                     col = self.layout.column(order, head)
                     p = int(self.layout.column_primes[li, col])
-                    sb, qb = hs % p, hq % p
-                    if p <= 1 << 26:
-                        occupancy = np.bincount(sb, minlength=p)[qb]
-                    else:
-                        b, n = np.unique(sb, return_counts=True)
-                        at = np.minimum(np.searchsorted(b, qb), max(len(b) - 1, 0))
-                        occupancy = np.where(b[at] == qb, n[at], 0) if len(b) else np.zeros(len(qb), np.int64)
-                    out[:, li, col] = occupancy - member >= 1
+                    out[:, li, col] = bucket_lookup(hs % p, p, hq % p) - member >= 1
         out &= mask[:, None, None]
         return out.reshape(*c.shape, *out.shape[1:])
 

@@ -94,6 +94,9 @@ def _atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
+_KJV_TITLE = re.compile(r"^[1-3]? ?[A-Z][A-Za-z ]* \d+$")  # "Genesis 1", "1 Samuel 3", "Song of Solomon 2"
+
+
 def kjv_chapters_text(printed: str) -> str:
     """The output of ``bible -l100000 gen1:1-rev22:21`` -> one paragraph per chapter: the title
     line (``Genesis 1``), then the chapter's verses joined by spaces, verse numbers dropped."""
@@ -104,7 +107,7 @@ def kjv_chapters_text(printed: str) -> str:
         m = re.match(r"^\s+\d+\s+(.*)$", line)
         if m:
             verses.append(m.group(1).strip())
-        elif not line.startswith(" "):
+        elif _KJV_TITLE.match(line):
             if title is not None:
                 chapters.append(title + "\n" + " ".join(verses))
             title, verses = line.strip(), []
@@ -241,9 +244,12 @@ def iter_documents(
                     if line.strip():
                         buf.append(line)
                         size += len(line)
-                        if size >= max_doc_chars:
-                            yield "".join(buf), started
-                            buf, size, started = [], 0, True
+                        if size > max_doc_chars:  # emit the full pieces, keep the rest buffered
+                            *full, rest = _split_long("".join(buf), max_doc_chars)
+                            for piece in full:
+                                yield piece, started
+                                started = True
+                            buf, size = [rest], len(rest)
                         continue
                     if buf:
                         yield "".join(buf).rstrip("\r\n"), started
@@ -348,8 +354,13 @@ def count_corpus(
         for path in files:
             if not going:
                 break
-            record = {"path": str(path), "format": "jsonl" if is_jsonl(path) else "text", "bytes": path.stat().st_size,
-                      "documents": 0, "tokens": 0}
+            record = {
+                "path": str(path),
+                "format": "jsonl" if is_jsonl(path) else "text",
+                "bytes": path.stat().st_size,
+                "documents": 0,
+                "tokens": 0,
+            }
             stats.files.append(record)
             bar.set_postfix_str(path.name)
             texts, continues, size = [], [], 0
@@ -385,7 +396,10 @@ def write_table(df: pd.DataFrame, out_dir: str | Path, name: str) -> list[Path]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for suffix, write in ((".parquet", lambda p: df.to_parquet(p, index=False)), (".csv", lambda p: df.to_csv(p, index=False))):
+    for suffix, write in (
+        (".parquet", lambda p: df.to_parquet(p, index=False)),
+        (".csv", lambda p: df.to_csv(p, index=False)),
+    ):
         path = out_dir / f"{name}{suffix}"
         fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{path.name}.", suffix=".tmp")
         os.close(fd)

@@ -63,8 +63,10 @@ class ImageSpan:
 
     def rows(self) -> list[tuple[int, int]]:
         """``[start, stop)`` position ranges of each grid row's IMAGE tokens (for plotting)."""
-        return [(self.start + 1 + r * (self.width + 1), self.start + 1 + r * (self.width + 1) + self.width)
-                for r in range(self.height)]
+        return [
+            (self.start + 1 + r * (self.width + 1), self.start + 1 + r * (self.width + 1) + self.width)
+            for r in range(self.height)
+        ]
 
 
 @dataclass
@@ -179,7 +181,9 @@ def _encode_segment(tokenizer, segment: str) -> list[int]:
     return tokenizer.encode(segment) if segment else []
 
 
-def build_input(text: str, tokenizer=None, config: EngramConfig | str | None = None, bos: bool = True) -> ImageTextInput:
+def build_input(
+    text: str, tokenizer=None, config: EngramConfig | str | None = None, bos: bool = True
+) -> ImageTextInput:
     """Tokenize ``text``, expanding every ``<image:...>`` placeholder into an image span.
 
     Text segments are tokenized separately (no special tokens); ``bos`` prepends the BOS token

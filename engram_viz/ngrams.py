@@ -49,7 +49,9 @@ def _as_int64(name: str, a, ndim: int | tuple[int, ...]) -> np.ndarray:
     arr = np.asarray(a)
     ndims = (ndim,) if isinstance(ndim, int) else ndim
     if arr.ndim not in ndims:
-        raise ValueError(f"{name} must have {' or '.join(str(d) for d in ndims)} dimensions, got shape {list(arr.shape)}")
+        raise ValueError(
+            f"{name} must have {' or '.join(str(d) for d in ndims)} dimensions, got shape {list(arr.shape)}"
+        )
     if arr.size and not np.issubdtype(arr.dtype, np.integer):
         raise TypeError(f"{name} must hold integer ids, got dtype {arr.dtype}")
     return arr.astype(np.int64, copy=False)
@@ -213,7 +215,9 @@ def ngram_hashes(layout: EngramLayout, layer_index: int, ngrams: np.ndarray) -> 
 
 def _check_order(order: int) -> None:
     if order * KEY_BITS - 64 > KEY_BITS:
-        raise ValueError(f"n-gram keys of order {order} need {order * KEY_BITS} bits; at most {64 + KEY_BITS} supported")
+        raise ValueError(
+            f"n-gram keys of order {order} need {order * KEY_BITS} bits; at most {64 + KEY_BITS} supported"
+        )
 
 
 def pack_ngrams(ngrams: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -448,8 +452,10 @@ class NgramCounts:
         with data:
             meta = data["meta"]
             if int(meta[2]) != out.config.engram_max_ngram_size:
-                raise ValueError(f"{path} holds n-grams up to order {int(meta[2])}; config {out.config.name!r} expects "
-                                 f"{out.config.engram_max_ngram_size}")
+                raise ValueError(
+                    f"{path} holds n-grams up to order {int(meta[2])}; config {out.config.name!r} expects "
+                    f"{out.config.engram_max_ngram_size}"
+                )
             out.n_positions, out.n_masked = int(meta[0]), int(meta[1])
             for name in data.files:
                 if name.endswith("_keys"):
@@ -528,6 +534,18 @@ class ColumnView:
     def distinct_per_key(self) -> np.ndarray:
         """int64 ``[U]``: how many distinct n-grams share each n-gram's bucket (itself included)."""
         return self.occupancy()[2]
+
+
+def bucket_lookup(buckets: np.ndarray, prime: int, query: np.ndarray) -> np.ndarray:
+    """How many of ``buckets`` (int64 [U], one per distinct n-gram) equal each ``query`` bucket:
+    int64 ``[Q]``. Dense counting for a well-filled column, sort + search otherwise."""
+    if prime <= 1 << 26 and len(buckets) * 8 >= prime:
+        return np.bincount(buckets, minlength=prime)[query]
+    b, n = np.unique(buckets, return_counts=True)
+    if not len(b):
+        return np.zeros(len(query), dtype=np.int64)
+    at = np.minimum(np.searchsorted(b, query), len(b) - 1)
+    return np.where(b[at] == query, n[at], 0)
 
 
 def column_view(layout: EngramLayout, counts: NgramCounts, layer_index: int, order: int, head: int) -> ColumnView:

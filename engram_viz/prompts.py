@@ -113,7 +113,9 @@ def load_prompts(path: str | Path | None = None, categories: list[str] | None = 
     return prompts
 
 
-def build_prompt(prompt: Prompt, tokenizer=None, config: EngramConfig | str | None = None, bos: bool = True) -> ImageTextInput:
+def build_prompt(
+    prompt: Prompt, tokenizer=None, config: EngramConfig | str | None = None, bos: bool = True
+) -> ImageTextInput:
     """Model inputs ``[T]`` of one prompt (image spans expanded; random ids drawn from the seed)."""
     if tokenizer is None:
         from .tokenizer import get_tokenizer

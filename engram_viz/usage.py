@@ -53,7 +53,9 @@ class RowUsage:
     whole.
     """
 
-    def __init__(self, config: EngramConfig | str = "tiny", counts: NgramCounts | None = None, pad_id: int | None = None):
+    def __init__(
+        self, config: EngramConfig | str = "tiny", counts: NgramCounts | None = None, pad_id: int | None = None
+    ):
         self.config = load_config(config)
         self.layout = EngramLayout(self.config)
         self.counts = counts if counts is not None else NgramCounts(self.config, pad_id)
@@ -175,7 +177,10 @@ class RowUsage:
             values, n_rows = h.index.to_numpy(), h.to_numpy()
             last = np.cumsum(n_rows)  # rank of the last row with each value
             total = int(last[-1])
-            ranks = np.unique(np.rint(np.geomspace(1, total, num=min(max_points, total))).astype(np.int64))
+            if total <= max_points:
+                ranks = np.arange(1, total + 1, dtype=np.int64)
+            else:
+                ranks = np.unique(np.rint(np.geomspace(1, total, num=max_points)).astype(np.int64))
             hits = values[np.searchsorted(last, ranks)]
             recs += [{"layer": layer, "rank": int(r), "hits": int(v)} for r, v in zip(ranks, hits)]
         return pd.DataFrame(recs, columns=["layer", "rank", "hits"])
@@ -219,11 +224,25 @@ class RowUsage:
                             "ngram_hits": c,
                         }
                     )
-        cols = ["layer", "rank", "row", "order", "head", "bucket", "hits", "n_ngrams", "ngram_rank", "ngram",
-                "ngram_ids", "ngram_hits"]
+        cols = [
+            "layer",
+            "rank",
+            "row",
+            "order",
+            "head",
+            "bucket",
+            "hits",
+            "n_ngrams",
+            "ngram_rank",
+            "ngram",
+            "ngram_ids",
+            "ngram_hits",
+        ]
         return pd.DataFrame(recs, columns=cols)
 
-    def to_frame(self, top: int = 20, ngrams_per_row: int = 5, max_points: int = 256, tokenizer=None) -> dict[str, pd.DataFrame]:
+    def to_frame(
+        self, top: int = 20, ngrams_per_row: int = 5, max_points: int = 256, tokenizer=None
+    ) -> dict[str, pd.DataFrame]:
         """All tables, keyed ``columns``, ``hit_histogram``, ``rank_frequency``, ``hot_rows``."""
         return {
             "columns": self.coverage(),
@@ -246,4 +265,3 @@ class RowUsage:
                 "max_hits": int(c.max_hits.max()) if len(c) else 0,
             }
         return out
-
