@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# Debian packages the suite needs: chromium (plotly static export, browser tests) and
-# fonts-noto-cjk (Chinese tokens in figures). Installed only when missing and when we can.
+# Debian packages the suite needs: chromium (plotly static export, browser tests),
+# fonts-noto-cjk (Chinese tokens in figures) and the default corpus (see below).
+# Installed only when missing and when we can.
 set -euo pipefail
 missing=()
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 fc-list 2>/dev/null | grep -qi "Noto Sans CJK" || missing+=(fonts-noto-cjk)
+# default corpus of `engram-viz corpus`: the KJV (public domain text; `bible` program GPL-2+)
+# and the Chinese Debian Reference (GPL-2+)
+{ command -v bible >/dev/null 2>&1 && [ -f /usr/lib/bible.data ]; } || missing+=(bible-kjv bible-kjv-text)
+[ -f /usr/share/debian-reference/debian-reference.zh-cn.txt.gz ] || missing+=(debian-reference-zh-cn)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if ! command -v apt-get >/dev/null 2>&1; then
   echo "system-deps: apt-get not found; install ${missing[*]} yourself (tests that need them skip)" >&2
