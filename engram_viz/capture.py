@@ -190,6 +190,8 @@ class HookRegistry:
 
     def __init__(self, points: Mapping[str, Any] | None = None):
         self.points: dict[str, Any] = {}
+        self._sorted: list[str] | None = None
+        self._resolved: dict[tuple[str, ...], list[str]] = {}
         for name, point in (points or {}).items():
             self.add_point(name, point)
 
@@ -197,6 +199,8 @@ class HookRegistry:
         parse_hook_name(name)
         if name in self.points:
             raise ValueError(f"hook point {name!r} is registered twice")
+        self._sorted = None
+        self._resolved: dict[tuple[str, ...], list[str]] = {}
         if not hasattr(point, "add_hook"):
             raise TypeError(f"hook point {name!r} must be a HookPoint (add_hook), got {type(point).__name__}")
         self.points[name] = point
@@ -214,7 +218,13 @@ class HookRegistry:
 
     @property
     def names(self) -> list[str]:
-        return sorted(self.points, key=lambda n: (parse_hook_name(n)[0], list(HOOK_KINDS).index(parse_hook_name(n)[1])))
+        """Every hook name, by layer then in forward order."""
+        if getattr(self, "_sorted", None) is None:
+            kinds = list(HOOK_KINDS)
+            self._sorted = sorted(
+                self.points, key=lambda n: (parse_hook_name(n)[0], kinds.index(parse_hook_name(n)[1]))
+            )
+        return list(self._sorted)
 
     def resolve(self, names: str | Iterable[str] | None) -> list[str]:
         """Hook names matched by names or glob patterns (``engram.*.gate``, ``engram.L1.*``).
@@ -225,6 +235,10 @@ class HookRegistry:
             return []
         if isinstance(names, str):
             names = [names]
+        names = tuple(names)
+        cache = getattr(self, "_resolved", None)
+        if cache is not None and names in cache:
+            return list(cache[names])
         out: list[str] = []
         for pattern in names:
             if not isinstance(pattern, str):
@@ -233,7 +247,9 @@ class HookRegistry:
             if not hits:
                 raise ValueError(f"hook name or pattern {pattern!r} matches no hook point; available: {self.names}")
             out.extend(h for h in hits if h not in out)
-        return out
+        if cache is not None:
+            cache[names] = out
+        return list(out)
 
     def active(self) -> dict[str, int]:
         """Hooks registered right now, per point (empty when nothing is attached)."""
