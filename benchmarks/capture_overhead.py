@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import statistics
 import sys
 import time
@@ -149,7 +150,11 @@ def main() -> None:
                             "engram.*.dot", "engram.*.gate"],
         "everything (incl. key, out)": ["engram.*"],
     }  # fmt: skip
-    print(f"torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}, reps {args.reps}")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(
+        f"torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}, reps {args.reps}, "
+        f"{os.cpu_count()} CPUs, load average {load}"
+    )
     rows = engram_case("tiny", 4, 64, device, args.reps, names)
     if not args.skip_v41:
         v41_names = {k: v for k, v in names.items() if not k.startswith("all but")}
