@@ -10,17 +10,19 @@ Paper figures (matplotlib, ``paper`` / ``tokens``), each taking a tidy frame:
 - ``coverage_per_column(coverage)``      rows touched / prime per (order, head)
 - ``row_rank_frequency(usage)``          hits of the r-th most used row, log-log
 - ``touched_rows_map(usage, layout)``    touched rows over a layer's address space, binned
+- ``gate_difference_heatmap(diff)``      gate of prompt B minus prompt A per aligned token
 
-Exploring (plotly): ``gate_heatmap_interactive(gates, rows=...)``. Token-coloured HTML with
+Exploring (plotly): ``gate_heatmap_interactive(gates, rows=...)``, ``gate_difference_interactive(diff)``. Token-coloured HTML with
 tooltips: ``token_html(gates)``; ``token_view(gates)`` shows in a notebook as HTML plus a PNG.
 Save any of them with ``engram_viz.export.export_all(fig, stem)``.
 """
 
-from .interactive import gate_heatmap_interactive
+from .interactive import gate_difference_interactive, gate_heatmap_interactive
 from .paper import (
     collisions_vs_expected,
     coverage_per_column,
     exposure_beside_gates,
+    gate_difference_heatmap,
     gate_distributions,
     gate_heatmap,
     row_rank_frequency,
@@ -39,6 +41,8 @@ __all__ = [
     "collisions_vs_expected",
     "coverage_per_column",
     "exposure_beside_gates",
+    "gate_difference_heatmap",
+    "gate_difference_interactive",
     "gate_distributions",
     "gate_heatmap",
     "gate_heatmap_interactive",

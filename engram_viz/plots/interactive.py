@@ -155,3 +155,65 @@ def gate_heatmap_interactive(
         margin={"l": 60, "r": 20, "t": 50, "b": 40},
     )
     return fig
+
+
+def gate_difference_interactive(
+    diff: pd.DataFrame, *, theme: str | Theme = "light", width: int | None = None, height: int | None = None
+):
+    """A plotly heatmap of gate B - gate A per aligned token (x) and (layer, stream) (y); hover shows
+    both tokens, their positions and the two gates. Diverging map scaled to the largest absolute
+    difference (at least 0.05); tokens only in one prompt are gaps.
+
+    diff: pair, kind, position_a, position_b, token_a, token_b, layer, stream, gate_a, gate_b, diff
+    (``engram_viz.widgets.gate_difference``).
+    """
+    from .paper import _diff_matrix
+
+    go, _ = _plotly()
+    matrix, rows, labels, scale = _diff_matrix(diff)
+    t = get_theme(theme)
+    a, b = diff.attrs.get("prompts", ("A", "B"))
+    first = diff.drop_duplicates("pair").set_index("pair").sort_index()
+    info = [
+        f"{b} {_plotly_text(tb) if pb >= 0 else '-'} (pos {pb if pb >= 0 else '-'}) / "
+        f"{a} {_plotly_text(ta) if pa >= 0 else '-'} (pos {pa if pa >= 0 else '-'}), {kind}"
+        for ta, tb, pa, pb, kind in zip(
+            first["token_a"], first["token_b"], first["position_a"], first["position_b"], first["kind"]
+        )
+    ]
+    z = [[None if not np.isfinite(v) else float(v) for v in row] for row in matrix]
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=list(range(len(labels))),
+            y=rows,
+            zmin=-scale,
+            zmax=scale,
+            colorscale="RdBu_r",  # ColorBrewer RdBu: colour-blind safe
+            xgap=1,
+            hoverongaps=False,
+            customdata=np.array([info] * len(rows), dtype=object),
+            colorbar={"title": {"text": f"{b} - {a}"}},
+            hovertemplate="%{customdata}<br>%{y}<br>difference %{z:+.4f}<extra></extra>",
+        )
+    )
+    fig.update_xaxes(
+        tickmode="array",
+        tickvals=list(range(len(labels))),
+        ticktext=[_plotly_text(s) for s in labels],
+        tickangle=-90,
+        showgrid=False,
+        zeroline=False,
+    )
+    fig.update_yaxes(autorange="reversed", showgrid=False, zeroline=False)
+    fig.update_layout(
+        template=t.plotly_template,
+        title={"text": f"gate {html.escape(str(b))} - gate {html.escape(str(a))} per aligned token", "x": 0.01},
+        width=width or int(np.clip(160 + 18 * len(labels), 600, 1800)),
+        height=height or 220 + 26 * len(rows),
+        paper_bgcolor=t.background,
+        plot_bgcolor=t.image,
+        font={"family": HTML_FONT_STACK, "color": t.foreground},
+        margin={"l": 60, "r": 20, "t": 50, "b": 80},
+    )
+    return fig

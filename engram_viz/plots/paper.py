@@ -499,3 +499,59 @@ def touched_rows_map(
             label = "fraction of rows touched" if weight == "touched" else "hits per row"
             fig.colorbar(im, ax=ax, fraction=0.04, pad=0.01, label=label).outline.set_visible(False)
     return fig
+
+
+# ------------------------------------------------------------------------------ two prompts
+
+
+DIFF_COLUMNS = ("pair", "kind", "token_a", "token_b", "layer", "stream", "diff")
+
+
+def _diff_matrix(diff: pd.DataFrame) -> tuple[np.ndarray, list[str], list[str], float]:
+    """``[layers * streams, pairs]`` differences (NaN where a side has no partner), row labels,
+    x labels (B's token; A's token struck as '-tok' for deletions) and the symmetric scale."""
+    require_columns(diff, DIFF_COLUMNS, "difference")
+    wide = diff.pivot_table(index=["layer", "stream"], columns="pair", values="diff", aggfunc="first", dropna=False)
+    wide = wide.reindex(columns=sorted(pd.unique(diff["pair"])))
+    first = diff.drop_duplicates("pair").set_index("pair").loc[wide.columns]
+    labels = [
+        display_piece(tb) if kind != "delete" else "-" + display_piece(ta)
+        for ta, tb, kind in zip(first["token_a"], first["token_b"], first["kind"])
+    ]
+    matrix = wide.to_numpy(dtype=float)
+    finite = np.abs(matrix[np.isfinite(matrix)])
+    scale = max(0.05, float(finite.max()) if finite.size else 0.0)
+    rows = [f"L{int(lay)} s{int(s)}" for lay, s in wide.index]
+    return matrix, rows, labels, scale
+
+
+def gate_difference_heatmap(
+    diff: pd.DataFrame, *, theme: str | Theme = "light", width: float | None = None, title: str | None = None
+) -> Figure:
+    """Gate of prompt B minus prompt A per aligned token (x) and (layer, stream) (y), on a
+    diverging, colour-blind-safe map scaled to the largest absolute difference (at least 0.05).
+    Tokens only in one prompt are grey; x labels are B's tokens ('-tok' for A's deleted ones).
+
+    diff: pair, kind, token_a, token_b, layer, stream, diff (``engram_viz.widgets.gate_difference``).
+    """
+    from matplotlib import colormaps
+
+    matrix, rows, labels, scale = _diff_matrix(diff)
+    a, b = diff.attrs.get("prompts", ("A", "B"))
+    height = 1.2 + 0.2 * len(rows) + 0.06 * max((len(s) for s in labels), default=1)
+    with themed_figure(theme, (_heatmap_width(len(labels), width), min(height, 9.0))) as (fig, t):
+        cmap = colormaps["berlin" if t.name == "dark" and "berlin" in colormaps else "RdBu_r"].with_extremes(
+            bad=t.image
+        )
+        ax = fig.add_subplot()
+        im = ax.imshow(
+            np.ma.masked_invalid(matrix), aspect="auto", cmap=cmap, vmin=-scale, vmax=scale, interpolation="nearest"
+        )
+        ax.set_yticks(range(len(rows)), rows)
+        _token_ticks(ax, labels)
+        ax.set_title(title or f"gate {b} - gate {a} per aligned token (grey: no partner)", loc="left")
+        for side in ("left", "bottom"):
+            ax.spines[side].set_visible(False)
+        bar = fig.colorbar(im, ax=ax, label=f"gate {b} - {a}", fraction=0.04, pad=0.01, aspect=15)
+        bar.outline.set_visible(False)
+    return fig

@@ -23,13 +23,13 @@ from matplotlib.patches import Rectangle
 
 from .frames import (
     GATE_COLUMNS,
-    gate_summary,
     gate_table,
     pick_layers,
     pick_prompts,
     reduce_streams,
     require_columns,
     row_ids_text,
+    stream_columns,
 )
 from .style import HTML_FONT_STACK, Theme, display_piece, get_theme, paper_rc, text_color_on
 
@@ -60,11 +60,17 @@ def token_cells(
     has_exposure = "exposure" in table.columns
     cells: list[TokenCell] = []
     positions = table.index.to_numpy()
+    # plain arrays, read once (per-row pandas access is slow on long prompts)
+    image = table["is_image"].to_numpy(dtype=bool)
+    tokens = table["token"].tolist()
+    streams = stream_columns(table)
+    stream_values = table[streams].to_numpy(dtype=float)
+    exposure = table["exposure"].to_numpy() if has_exposure else None
     i = 0
     while i < len(table):
-        if table["is_image"].iat[i]:
+        if image[i]:
             j = i
-            while j + 1 < len(table) and table["is_image"].iat[j + 1]:
+            while j + 1 < len(table) and image[j + 1]:
                 j += 1
             n = j - i + 1
             tip = f"image span: positions {positions[i]}-{positions[j]} ({n} tokens)\ngates 0 (masked)"
@@ -72,13 +78,14 @@ def token_cells(
             i = j + 1
             continue
         position = int(positions[i])
-        piece = table["token"].iat[i]
+        piece = tokens[i]
+        summary = "  ".join(f"s{int(s)} {v:.3f}" for s, v in zip(streams, stream_values[i]))  # as gate_summary
         lines = [
             f"{piece!r}  position {position}",
-            f"layer {layer} gates: {gate_summary(table, position)}",
+            f"layer {layer} gates: {summary}",
         ]
         if has_exposure:
-            lines.append(f"collision exposure {int(table['exposure'].iat[i])}/24 rows shared")
+            lines.append(f"collision exposure {int(exposure[i])}/24 rows shared")
         if position in row_text:
             lines.append(row_text[position])
         cells.append(TokenCell(display_piece(piece), float(values[i]), "\n".join(lines), False, piece.endswith("\n")))
@@ -254,11 +261,13 @@ def _legend_html(t: Theme, vmin: float, vmax: float, label: str) -> str:
 
 def _cells_html(cells: Sequence[TokenCell], t: Theme, norm: Normalize, fontsize: float) -> str:
     parts = []
-    for c in cells:
+    values = np.array([0.0 if c.is_image else c.value for c in cells], dtype=float)
+    colours = t.token_cmap(norm(values)) if len(cells) else []  # one colour-map call for all cells
+    for c, rgba in zip(cells, colours):
         if c.is_image:
             face, ink, extra = t.image, t.muted, "font-style:italic;"
         else:
-            rgba = t.token_cmap(norm(c.value))
+            rgba = tuple(float(x) for x in rgba)
             face, ink, extra = to_hex(rgba), text_color_on(rgba), ""
         parts.append(
             f'<span class="ev-tok" title="{html.escape(c.tooltip, quote=True)}" style="background:{face};'
