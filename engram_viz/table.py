@@ -348,6 +348,15 @@ def _pool() -> ThreadPoolExecutor:
         return _POOL
 
 
+def _forget_pool_after_fork() -> None:
+    """A forked child (e.g. a DataLoader worker) has none of the parent's threads: start afresh."""
+    global _POOL, _POOL_LOCK
+    _POOL, _POOL_LOCK = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool_after_fork)
+
+
 class LazyRows(RowSource):
     """Rows of a 2D tensor stored in safetensors files, read with ``pread`` on demand.
 
@@ -411,6 +420,18 @@ class LazyRows(RowSource):
         """Close the file descriptors (they reopen on the next read)."""
         with self._lock:
             _close_fds(self._fds)
+
+    def __getstate__(self) -> dict:  # picklable (spawned workers): file descriptors reopen lazily
+        state = self.__dict__.copy()
+        for key in ("_fds", "_lock", "_finalizer"):
+            state.pop(key)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._fds = {}
+        self._lock = threading.Lock()
+        self._finalizer = weakref.finalize(self, _close_fds, self._fds)
 
     def read_unique(self, ids: np.ndarray) -> torch.Tensor:
         ids = np.ascontiguousarray(ids, dtype=np.int64)

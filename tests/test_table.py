@@ -239,6 +239,35 @@ def test_row_split_over_files_reads_as_one_table(tmp_path, tiny_table_file):
             table(torch.tensor([n_rows]))  # a padded row exists in the file but is not part of the table
 
 
+_FORKED_TABLE = None
+
+
+def _gather_in_forked_child(ids: np.ndarray) -> np.ndarray:
+    torch.set_num_threads(1)  # as DataLoader workers do: torch's OpenMP pool does not survive fork
+    return _FORKED_TABLE(torch.from_numpy(ids)).view(torch.int16).numpy()
+
+
+def test_lazy_table_pickles_and_survives_fork(tiny_table_file, monkeypatch):
+    """Spawned workers get a pickled table (descriptors reopen); a forked child, whose parent had
+    started the reader threads, gets a fresh thread pool instead of the parent's dead one."""
+    import multiprocessing as mp
+    import pickle
+
+    monkeypatch.setattr(T, "THREADED_MIN_READS", 1)
+    monkeypatch.setattr(T, "COALESCE_GAP_BYTES", 0)
+    path, w, _ = tiny_table_file
+    table = LazyTable.open(path, "t.weight", "t.scale")
+    ids = torch.arange(0, 5000, 3)
+    want = table(ids)  # threaded reads in the parent
+    assert torch.equal(table.gather_fp8(ids)[0].view(torch.uint8), w[ids].view(torch.uint8))
+    clone = pickle.loads(pickle.dumps(table))
+    assert torch.equal(clone(ids), want)
+    monkeypatch.setattr(sys.modules[__name__], "_FORKED_TABLE", table)
+    with mp.get_context("fork").Pool(1) as pool:
+        got = pool.apply_async(_gather_in_forked_child, (ids.numpy(),)).get(timeout=120)
+    assert torch.equal(torch.from_numpy(got).view(torch.bfloat16), want)
+
+
 def test_in_memory_and_lazy_agree_and_materialize(tiny_table_file):
     path, w, s = tiny_table_file
     lazy = LazyTable.open(path, "t.weight", "t.scale", label="my table")
