@@ -387,7 +387,7 @@ def test_synthetic_tiny_is_cached_and_rebuilt_when_damaged(tmp_path, monkeypatch
     monkeypatch.setattr(C, "_SYNTHETIC_CACHE", {})
     ckpt = synthetic_checkpoint("tiny")
     assert ckpt.synthetic and ckpt.label.startswith("SYNTHETIC") and ckpt.path.parent == tmp_path / "synthetic"
-    assert synthetic_checkpoint("tiny") is ckpt and default_checkpoint() is ckpt
+    assert synthetic_checkpoint("tiny") is ckpt
     assert _same(_all_tensors(ckpt)["layers.3.engram.wkv.weight"], tiny_tensors["layers.3.engram.wkv.weight"])
     stamp = (ckpt.path / SHARD.format(1)).stat().st_mtime_ns
     monkeypatch.setattr(C, "_SYNTHETIC_CACHE", {})
@@ -399,6 +399,14 @@ def test_synthetic_tiny_is_cached_and_rebuilt_when_damaged(tmp_path, monkeypatch
     assert (rebuilt.path / SHARD.format(3)).is_file()
     assert _same(_all_tensors(rebuilt)["layers.3.engram.embed.weight"], tiny_tensors["layers.3.engram.embed.weight"])
     assert not [p for p in (tmp_path / "synthetic").iterdir() if p.name.startswith(".")]  # no temp leftovers
+
+
+def test_default_checkpoint_says_what_it_is(tiny_config):
+    """The embedded default is the tiny config, and its label says SYNTHETIC exactly when it is."""
+    ckpt = default_checkpoint()
+    assert ckpt.config == tiny_config and default_checkpoint().path == ckpt.path
+    assert ("SYNTHETIC" in ckpt.label) == ckpt.synthetic
+    assert ckpt.layers and ckpt.embed.rows(torch.tensor([[1, 2]])).shape == (1, 2, tiny_config.dim)
 
 
 def test_procedural_v41_flash_checkpoint(v41_config):
