@@ -53,14 +53,15 @@ from .layout import EngramLayout
 from .ngrams import (
     NgramCounts,
     bucket_lookup,
-    iter_columns,
     make_decoder,
     ngram_hashes,
     poisson_binomial,
+    run_column_pass,
     sequence_windows,
     top_indices,
     window_ngrams,
 )
+from .usage import RowUsage
 
 
 def expected_uniform(k: int | np.ndarray, m: int | np.ndarray) -> dict[str, np.ndarray]:
@@ -84,6 +85,98 @@ class _Pass:
     heads_shared: list[dict]
     examples: list[dict]
     shared: dict[tuple[int, int], np.ndarray]  # (layer, order) -> heads_shared int8 [U]
+
+
+class _CollisionConsumer:
+    """Collects every CollisionStats figure during one pass over the columns (``run_column_pass``)."""
+
+    def __init__(self, layout: EngramLayout, n_examples: int, ngrams_per_bucket: int, candidates: int):
+        self.layout = layout
+        self.params = (n_examples, ngrams_per_bucket, candidates)
+        self.result = _Pass([], [], [], {})
+        self._shared_heads = np.zeros(0, dtype=np.int8)
+        self._probs: list[float] = []
+
+    def __call__(self, view) -> None:
+        res, heads = self.result, self.layout.n_heads
+        k, m = len(view.ngrams), view.prime
+        n_occupied, n_shared, per_key = view.occupancy()
+        colliding = per_key >= 2
+        exp = expected_uniform(k, m)
+        res.columns.append(
+            {
+                "layer": view.layer,
+                "order": view.order,
+                "head": view.head,
+                "column": view.column,
+                "prime": m,
+                "distinct_ngrams": k,
+                "occupied": n_occupied,
+                "shared_buckets": n_shared,
+                "colliding_ngrams": int(colliding.sum()),
+                "positions": int(view.counts.sum()),
+                "colliding_positions": int(view.counts[colliding].sum()),
+                "expected_occupied": float(exp["occupied"]),
+                "expected_shared_buckets": float(exp["shared_buckets"]),
+                "expected_colliding_ngrams": float(exp["colliding_ngrams"]),
+            }
+        )
+        if view.head == 0:  # the heads of one (layer, order) come one after another
+            self._shared_heads, self._probs = np.zeros(k, dtype=np.int8), []
+        self._shared_heads += colliding
+        self._probs.append(float(1 - np.exp(max(k - 1, 0) * np.log1p(-1.0 / m))))
+        if view.head == heads - 1:
+            shared = self._shared_heads
+            res.shared[(view.layer, view.order)] = shared
+            expected = poisson_binomial(np.array(self._probs)) * k
+            n_keys = np.bincount(shared, minlength=heads + 1)
+            n_pos = np.bincount(shared, weights=view.counts, minlength=heads + 1)
+            for j in range(heads + 1):
+                res.heads_shared.append(
+                    {
+                        "layer": view.layer,
+                        "order": view.order,
+                        "heads_shared": j,
+                        "ngrams": int(n_keys[j]),
+                        "positions": int(np.rint(n_pos[j])),
+                        "expected_ngrams": float(expected[j]),
+                    }
+                )
+        n_examples, per_bucket, candidates = self.params
+        if n_examples and colliding.any():
+            res.examples += _column_examples(view, colliding, n_examples, per_bucket, candidates)
+
+
+def _column_examples(view, colliding: np.ndarray, n_examples: int, per_bucket: int, candidates: int) -> list[dict]:
+    idx = np.flatnonzero(colliding)
+    top = idx[top_indices(view.counts[idx], idx, candidates)]  # most frequent colliding keys
+    sel = view.keys_in(np.unique(view.buckets[top]))
+    sel = sel[np.lexsort((sel, -view.counts[sel], view.buckets[sel]))]  # by bucket, then count desc
+    b = view.buckets[sel]
+    starts = np.flatnonzero(np.r_[True, b[1:] != b[:-1]])
+    ends = np.r_[starts[1:], len(sel)]
+    second = view.counts[sel[starts + 1]]  # every candidate bucket holds >= 2 keys
+    total = np.add.reduceat(view.counts[sel], starts)
+    ranked = np.lexsort((b[starts], -total, -second))[:n_examples]
+    out = []
+    for rank, g in enumerate(ranked, 1):
+        members = sel[starts[g] : ends[g]]
+        for j, i in enumerate(members[:per_bucket], 1):
+            out.append(
+                {
+                    "layer": view.layer,
+                    "order": view.order,
+                    "head": view.head,
+                    "example": rank,
+                    "row": int(view.buckets[i]) + view.offset,
+                    "bucket": int(view.buckets[i]),
+                    "n_ngrams": len(members),
+                    "ngram_rank": j,
+                    "ngram_ids": tuple(int(x) for x in view.ngrams[i]),
+                    "count": int(view.counts[i]),
+                }
+            )
+    return out
 
 
 class CollisionStats:
@@ -138,95 +231,20 @@ class CollisionStats:
             and (n_examples is None or cached[0][1:] == (n_examples, ngrams_per_bucket, candidates))
         ):
             return cached[1]
-        n_examples = 3 if n_examples is None else n_examples
-        key = (self.counts.version, n_examples, ngrams_per_bucket, candidates)
-        columns, heads_rows, examples, shared = [], [], [], {}
-        shared_heads = np.zeros(0, dtype=np.int8)
-        probs: list[float] = []
-        for view in iter_columns(self.layout, self.counts):
-            k, m = len(view.ngrams), view.prime
-            n_occupied, n_shared, per_key = view.occupancy()
-            colliding = per_key >= 2
-            exp = expected_uniform(k, m)
-            columns.append(
-                {
-                    "layer": view.layer,
-                    "order": view.order,
-                    "head": view.head,
-                    "column": view.column,
-                    "prime": m,
-                    "distinct_ngrams": k,
-                    "occupied": n_occupied,
-                    "shared_buckets": n_shared,
-                    "colliding_ngrams": int(colliding.sum()),
-                    "positions": int(view.counts.sum()),
-                    "colliding_positions": int(view.counts[colliding].sum()),
-                    "expected_occupied": float(exp["occupied"]),
-                    "expected_shared_buckets": float(exp["shared_buckets"]),
-                    "expected_colliding_ngrams": float(exp["colliding_ngrams"]),
-                }
-            )
-            if view.head == 0:
-                shared_heads, probs = np.zeros(k, dtype=np.int8), []
-            shared_heads += colliding
-            probs.append(float(1 - np.exp(max(k - 1, 0) * np.log1p(-1.0 / m))))
-            if view.head == self.layout.n_heads - 1:
-                shared[(view.layer, view.order)] = shared_heads
-                expected = poisson_binomial(np.array(probs)) * k
-                n_keys = np.bincount(shared_heads, minlength=self.layout.n_heads + 1)
-                n_pos = np.bincount(shared_heads, weights=view.counts, minlength=self.layout.n_heads + 1)
-                for j in range(self.layout.n_heads + 1):
-                    heads_rows.append(
-                        {
-                            "layer": view.layer,
-                            "order": view.order,
-                            "heads_shared": j,
-                            "ngrams": int(n_keys[j]),
-                            "positions": int(np.rint(n_pos[j])),
-                            "expected_ngrams": float(expected[j]),
-                        }
-                    )
-            if n_examples and colliding.any():
-                examples += self._column_examples(view, colliding, n_examples, ngrams_per_bucket, candidates)
-        columns.sort(key=lambda r: (r["layer"], r["column"]))
-        heads_rows.sort(key=lambda r: (r["layer"], r["order"], r["heads_shared"]))
-        examples.sort(key=lambda r: (r["layer"], r["order"], r["head"], r["example"], r["ngram_rank"]))
-        result = _Pass(columns, heads_rows, examples, shared)
-        self._cache = (key, result)
-        return result
+        consumer = self._consumer(3 if n_examples is None else n_examples, ngrams_per_bucket, candidates)
+        run_column_pass(self.layout, self.counts, [consumer])
+        return self._finish(consumer)
 
-    @staticmethod
-    def _column_examples(view, colliding: np.ndarray, n_examples: int, per_bucket: int, candidates: int) -> list[dict]:
-        idx = np.flatnonzero(colliding)
-        top = idx[top_indices(view.counts[idx], idx, candidates)]  # most frequent colliding keys
-        cand_buckets = np.unique(view.buckets[top])
-        sel = np.flatnonzero(np.isin(view.buckets, cand_buckets))
-        sel = sel[np.lexsort((sel, -view.counts[sel], view.buckets[sel]))]  # by bucket, then count desc
-        b = view.buckets[sel]
-        starts = np.flatnonzero(np.r_[True, b[1:] != b[:-1]])
-        ends = np.r_[starts[1:], len(sel)]
-        second = view.counts[sel[starts + 1]]  # every candidate bucket holds >= 2 keys
-        total = np.add.reduceat(view.counts[sel], starts)
-        ranked = np.lexsort((b[starts], -total, -second))[:n_examples]
-        out = []
-        for rank, g in enumerate(ranked, 1):
-            members = sel[starts[g] : ends[g]]
-            for j, i in enumerate(members[:per_bucket], 1):
-                out.append(
-                    {
-                        "layer": view.layer,
-                        "order": view.order,
-                        "head": view.head,
-                        "example": rank,
-                        "row": int(view.buckets[i]) + view.offset,
-                        "bucket": int(view.buckets[i]),
-                        "n_ngrams": len(members),
-                        "ngram_rank": j,
-                        "ngram_ids": tuple(int(x) for x in view.ngrams[i]),
-                        "count": int(view.counts[i]),
-                    }
-                )
-        return out
+    def _consumer(self, n_examples: int, ngrams_per_bucket: int, candidates: int) -> _CollisionConsumer:
+        return _CollisionConsumer(self.layout, n_examples, ngrams_per_bucket, candidates)
+
+    def _finish(self, consumer: _CollisionConsumer) -> _Pass:
+        result = consumer.result
+        result.columns.sort(key=lambda r: (r["layer"], r["column"]))
+        result.heads_shared.sort(key=lambda r: (r["layer"], r["order"], r["heads_shared"]))
+        result.examples.sort(key=lambda r: (r["layer"], r["order"], r["head"], r["example"], r["ngram_rank"]))
+        self._cache = ((self.counts.version, *consumer.params), result)
+        return result
 
     # -- tables
     def columns(self) -> pd.DataFrame:
@@ -346,3 +364,23 @@ class CollisionStats:
         """Collision exposure int64 ``[B, T, n_layers]`` (or ``[T, n_layers]``): how many of the
         position's rows are shared with a different n-gram (0..n_hash_cols; 0 at image positions)."""
         return self.shared_rows(compressed, token_mask).sum(-1)
+
+
+def analyse_together(
+    usage: RowUsage,
+    collisions: CollisionStats,
+    top: int = 20,
+    ngrams_per_row: int = 5,
+    n_examples: int = 3,
+    ngrams_per_bucket: int = 4,
+    candidates: int = 200,
+) -> None:
+    """Fill both analyses' tables in one pass over the columns (each column's occupancy computed
+    once). ``usage`` and ``collisions`` must share one :class:`NgramCounts`."""
+    if usage.counts is not collisions.counts:
+        raise ValueError("analyse_together needs a RowUsage and a CollisionStats over the same NgramCounts")
+    u = usage._consumer(top, ngrams_per_row)
+    c = collisions._consumer(n_examples, ngrams_per_bucket, candidates)
+    run_column_pass(usage.layout, usage.counts, [u, c])
+    usage._finish(u)
+    collisions._finish(c)

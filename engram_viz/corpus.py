@@ -50,7 +50,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .collisions import CollisionStats
+from .collisions import CollisionStats, analyse_together
 from .config import EngramConfig, load_config
 from .ngrams import NgramCounts, NgramDecoder, StreamWindows
 from .tokenizer import BOS_ID, cache_dir, get_tokenizer
@@ -452,6 +452,7 @@ def run_corpus(
     t0 = time.perf_counter()
     usage = RowUsage(cfg, stats.counts)
     collisions = CollisionStats(cfg, stats.counts)  # shares the counts: nothing more is added
+    analyse_together(usage, collisions, top=top)  # one pass over the columns for both
     decoder = NgramDecoder(tok, stats.counts.pad_id, stats.raw_counts)  # show each id as its commonest form
     tables = {f"row_usage_{k}": v for k, v in usage.to_frame(top=top, tokenizer=decoder).items()}
     tables.update({f"collisions_{k}": v for k, v in collisions.to_frame(tokenizer=decoder).items()})

@@ -35,14 +35,80 @@ import pandas as pd
 
 from .config import EngramConfig, load_config
 from .layout import EngramLayout
-from .ngrams import NgramCounts, column_view, iter_columns, make_decoder, top_indices
+from .ngrams import NgramCounts, column_view, iter_columns, make_decoder, run_column_pass, top_indices
+
+
+@dataclass
+class _HotRow:
+    hits: int
+    row: int
+    column: int
+    bucket: int
+    n_ngrams: int
+    ngrams: list[tuple[int, tuple[int, ...]]]  # (positions, n-gram), most frequent first
 
 
 @dataclass
 class _Pass:
+    top: int
+    ngrams_per_row: int
     columns: list[dict]
-    histogram: dict[tuple[int, int], dict[int, int]]  # (layer, order) -> {hits: rows}
-    hot: dict[int, list[tuple[int, int, int, int, int]]]  # layer -> [(hits, row, column, bucket, n_ngrams)]
+    histogram: dict[tuple[int, int], np.ndarray]  # (layer, order) -> rows hit exactly h times, index h
+    hot: dict[int, list[_HotRow]]  # layer -> the top rows, hottest first (ties: smaller row id)
+
+
+class _UsageConsumer:
+    """Collects every RowUsage figure during one pass over the columns (``run_column_pass``)."""
+
+    def __init__(self, layout: EngramLayout, top: int, ngrams_per_row: int):
+        self.result = _Pass(top, ngrams_per_row, [], {}, {layer: [] for layer in layout.layer_ids})
+
+    def __call__(self, view) -> None:
+        res = self.result
+        buckets, distinct, hits = view.bucket_totals()
+        res.columns.append(
+            {
+                "layer": view.layer,
+                "order": view.order,
+                "head": view.head,
+                "column": view.column,
+                "prime": view.prime,
+                "offset": view.offset,
+                "distinct_ngrams": len(view.ngrams),
+                "hits": int(view.counts.sum()),
+                "rows_touched": len(buckets),
+                "coverage": len(buckets) / view.prime,
+                "max_hits": int(hits.max()) if len(hits) else 0,
+            }
+        )
+        if len(hits):
+            h = np.bincount(hits)
+            old = res.histogram.get((view.layer, view.order), np.zeros(0, np.int64))
+            if len(old) < len(h):
+                old = np.pad(old, (0, len(h) - len(old)))
+            old[: len(h)] += h
+            res.histogram[(view.layer, view.order)] = old
+        hot = res.hot[view.layer]
+        if not res.top or not len(hits):
+            return
+        # only rows at least as hot as the current top-th row of this layer can enter
+        cand = np.flatnonzero(hits >= hot[-1].hits) if len(hot) >= res.top else np.arange(len(hits))
+        rows = buckets[cand] + view.offset
+        best = cand[top_indices(hits[cand], rows, res.top)]
+        if not len(best):
+            return
+        landed = view.keys_in(buckets[best])
+        landed = landed[np.lexsort((landed, -view.counts[landed]))]  # most frequent first
+        per_bucket: dict[int, list] = {}
+        for i in landed:
+            entry = per_bucket.setdefault(int(view.buckets[i]), [])
+            if len(entry) < res.ngrams_per_row:
+                entry.append((int(view.counts[i]), tuple(int(x) for x in view.ngrams[i])))
+        for i in best:
+            b = int(buckets[i])
+            hot.append(_HotRow(int(hits[i]), b + view.offset, view.column, b, int(distinct[i]), per_bucket[b]))
+        hot.sort(key=lambda r: (-r.hits, r.row))
+        del hot[res.top :]
 
 
 class RowUsage:
@@ -110,45 +176,28 @@ class RowUsage:
         return np.where(found, all_hits[at] if len(all_rows) else 0, 0)
 
     # -- one pass over the columns
-    def _pass(self, top: int | None = None) -> _Pass:
-        """All per-column figures in one pass, keeping the ``top`` hottest rows per layer;
-        ``top`` None reuses any cached pass (and means 20 otherwise)."""
+    def _pass(self, top: int | None = None, ngrams_per_row: int | None = None) -> _Pass:
+        """All per-column figures in one pass, keeping the ``top`` hottest rows per layer with up
+        to ``ngrams_per_row`` n-grams each; None reuses any cached pass (defaults 20 and 5)."""
         cached = self._cache
-        if cached is not None and cached[0] == self.counts.version and (top is None or cached[1] >= top):
-            return cached[2]
-        top = 20 if top is None else top
-        key = (self.counts.version, top)
-        columns, histogram, hot = [], {}, {layer: [] for layer in self.layout.layer_ids}
-        for view in iter_columns(self.layout, self.counts):
-            buckets, distinct, hits = view.bucket_totals()
-            columns.append(
-                {
-                    "layer": view.layer,
-                    "order": view.order,
-                    "head": view.head,
-                    "column": view.column,
-                    "prime": view.prime,
-                    "offset": view.offset,
-                    "distinct_ngrams": len(view.ngrams),
-                    "hits": int(view.counts.sum()),
-                    "rows_touched": len(buckets),
-                    "coverage": len(buckets) / view.prime,
-                    "max_hits": int(hits.max()) if len(hits) else 0,
-                }
-            )
-            values, n_rows = np.unique(hits, return_counts=True)
-            hist = histogram.setdefault((view.layer, view.order), {})
-            for v, r in zip(values.tolist(), n_rows.tolist()):
-                hist[v] = hist.get(v, 0) + r
-            rows = buckets + view.offset
-            for i in top_indices(hits, rows, top):
-                hot[view.layer].append((int(hits[i]), int(rows[i]), view.column, int(buckets[i]), int(distinct[i])))
-        for entries in hot.values():
-            entries.sort(key=lambda x: (-x[0], x[1]))
-            del entries[top:]
-        columns.sort(key=lambda r: (r["layer"], r["column"]))
-        result = _Pass(columns, histogram, hot)
-        self._cache = (*key, result)
+        if (
+            cached is not None
+            and cached[0] == self.counts.version
+            and (top is None or cached[1].top >= top)
+            and (ngrams_per_row is None or cached[1].ngrams_per_row >= ngrams_per_row)
+        ):
+            return cached[1]
+        consumer = self._consumer(20 if top is None else top, 5 if ngrams_per_row is None else ngrams_per_row)
+        run_column_pass(self.layout, self.counts, [consumer])
+        return self._finish(consumer)
+
+    def _consumer(self, top: int, ngrams_per_row: int) -> _UsageConsumer:
+        return _UsageConsumer(self.layout, top, ngrams_per_row)
+
+    def _finish(self, consumer: _UsageConsumer) -> _Pass:
+        result = consumer.result
+        result.columns.sort(key=lambda r: (r["layer"], r["column"]))
+        self._cache = (self.counts.version, result)
         return result
 
     # -- tables
@@ -159,9 +208,9 @@ class RowUsage:
     def hit_histogram(self) -> pd.DataFrame:
         """(layer, order, hits, rows): how many rows were hit exactly ``hits`` times."""
         recs = [
-            {"layer": layer, "order": order, "hits": h, "rows": r}
+            {"layer": layer, "order": order, "hits": int(h), "rows": int(hist[h])}
             for (layer, order), hist in sorted(self._pass().histogram.items())
-            for h, r in sorted(hist.items())
+            for h in np.flatnonzero(hist)
         ]
         return pd.DataFrame(recs, columns=["layer", "order", "hits", "rows"])
 
@@ -187,37 +236,22 @@ class RowUsage:
 
     def hot_rows(self, top: int = 20, ngrams_per_row: int = 5, tokenizer=None) -> pd.DataFrame:
         """The ``top`` most-hit rows of each layer with the n-grams that land there, decoded."""
-        hot = {layer: entries[:top] for layer, entries in self._pass(top).hot.items()}
+        hot = self._pass(top, ngrams_per_row).hot
         decoder = make_decoder(self.config, tokenizer, self.counts.pad_id)
-        want: dict[tuple[int, int], dict[int, int]] = {}  # (layer_index, column) -> {bucket: rank}
-        for layer, entries in hot.items():
-            li = self.layout.layer_index(layer)
-            for rank, (_, _, col, bucket, _) in enumerate(entries, 1):
-                want.setdefault((li, col), {})[bucket] = rank
-        landed: dict[tuple[int, int], list[tuple[int, tuple[int, ...]]]] = {}
-        for view in iter_columns(self.layout, self.counts):
-            buckets = want.get((view.layer_index, view.column))
-            if not buckets:
-                continue
-            sel = np.flatnonzero(np.isin(view.buckets, np.fromiter(buckets, np.int64)))
-            for i in sel[np.lexsort((sel, -view.counts[sel]))]:
-                entry = landed.setdefault((view.layer, int(view.buckets[i]) + view.offset), [])
-                if len(entry) < ngrams_per_row:
-                    entry.append((int(view.counts[i]), tuple(int(x) for x in view.ngrams[i])))
         recs = []
         for layer, entries in hot.items():
-            for rank, (hits, row, col, bucket, n_ngrams) in enumerate(entries, 1):
-                for j, (c, ids) in enumerate(landed.get((layer, row), []), 1):
+            for rank, r in enumerate(entries[:top], 1):
+                for j, (c, ids) in enumerate(r.ngrams[:ngrams_per_row], 1):
                     recs.append(
                         {
                             "layer": layer,
                             "rank": rank,
-                            "row": row,
-                            "order": col // self.layout.n_heads + 2,
-                            "head": col % self.layout.n_heads,
-                            "bucket": bucket,
-                            "hits": hits,
-                            "n_ngrams": n_ngrams,
+                            "row": r.row,
+                            "order": r.column // self.layout.n_heads + 2,
+                            "head": r.column % self.layout.n_heads,
+                            "bucket": r.bucket,
+                            "hits": r.hits,
+                            "n_ngrams": r.n_ngrams,
                             "ngram_rank": j,
                             "ngram": decoder.text(ids) if decoder else "",
                             "ngram_ids": " ".join(map(str, ids)),

@@ -169,3 +169,23 @@ def test_top_ngrams_and_summary():
     for k in counts:
         per_order[len(k)] += 1
     assert {o: v["distinct_ngrams"] for o, v in s["layers"]["1"].items()} == {str(k): v for k, v in per_order.items()}
+
+
+def test_analyse_together_equals_separate_passes():
+    from engram_viz.collisions import analyse_together
+    from engram_viz.usage import RowUsage
+
+    cfg = load_config("tiny")
+    seqs, masks = random_sequences(27, n_seq=10, alphabet=3000, max_len=60)
+    shared = _stats(cfg, seqs, masks).counts
+    usage, coll = RowUsage(cfg, shared), CollisionStats(cfg, shared)
+    analyse_together(usage, coll, top=7)
+    alone_u, alone_c = RowUsage(cfg, shared.copy()), CollisionStats(cfg, shared.copy())
+    for a, b in (
+        (usage.to_frame(top=7, tokenizer=False), alone_u.to_frame(top=7, tokenizer=False)),
+        (coll.to_frame(tokenizer=False), alone_c.to_frame(tokenizer=False)),
+    ):
+        for name in a:
+            pd.testing.assert_frame_equal(a[name], b[name])
+    with pytest.raises(ValueError, match="same NgramCounts"):
+        analyse_together(alone_u, alone_c)

@@ -11,7 +11,6 @@ from _brute import forced_config, random_sequences, ref_counts, ref_row, ref_row
 
 from engram_viz.config import load_config
 from engram_viz.layout import EngramLayout
-from engram_viz.ngrams import ColumnView
 from engram_viz.usage import RowUsage
 
 
@@ -132,21 +131,21 @@ def test_merge_of_shards_equals_whole():
         whole.merge(RowUsage(load_config("v41-flash")))
 
 
-def test_dense_and_sparse_column_paths_agree():
+def test_column_stats_equal_numpy_unique():
     cfg = load_config("tiny")
     seqs, masks = random_sequences(15, n_seq=10, alphabet=200)
     usage = _usage(cfg, seqs, masks)
     from engram_viz.ngrams import iter_columns
 
     for view in iter_columns(usage.layout, usage.counts):
-        dense = ColumnView(**view.__dict__)
-        dense._dense = lambda: True
-        sparse = ColumnView(**view.__dict__)
-        sparse._dense = lambda: False
-        for x, y in zip(dense.bucket_totals(), sparse.bucket_totals()):
-            assert np.array_equal(x, y)
-        od, os_ = dense.occupancy(), sparse.occupancy()
-        assert od[:2] == os_[:2] and np.array_equal(od[2], os_[2])
+        s = view.stats()
+        occupied, inverse, n = np.unique(view.buckets, return_inverse=True, return_counts=True)
+        assert np.array_equal(s.occupied, occupied) and np.array_equal(s.n_ngrams, n)
+        assert np.array_equal(s.hits, np.bincount(inverse, weights=view.counts).astype(np.int64))
+        assert np.array_equal(s.per_key, n[inverse])
+        some = occupied[::7]
+        assert np.array_equal(view.keys_in(some), np.flatnonzero(np.isin(view.buckets, some)))
+        assert view.keys_in(np.array([view.prime + 5])).size == 0
 
 
 def test_image_positions_are_not_counted_and_tables_decode(tokenizer):

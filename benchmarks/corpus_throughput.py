@@ -1,0 +1,251 @@
+"""Corpus throughput: hashing + accumulation vs a per-position Python transcription of the
+reference hash, measured side by side in one run; peak memory for a 10M-token corpus.
+
+    python benchmarks/corpus_throughput.py [--config v41-flash] [--ref-tokens 200000]
+                                           [--memory-tokens 10000000] [--json OUT.json]
+
+1. Tokenize the default corpus (``corpus.default_corpus_files``) once into one 1D stream of raw
+   ids, documents starting with BOS as sequence starts (tokenizer throughput reported apart).
+2. ``reference``: a straightforward transcription of the reference hash (seed ``engram.py``):
+   per position a Python loop over layers and look-backs with sticky blocking, XOR of id x
+   multiplier, ``% prime + offset`` per head, over the first ``--ref-tokens`` positions.
+3. ``vectorised hash``: ``StreamWindows`` + ``rows_from_windows`` over the same positions,
+   checked bit-identical to (2); then over the whole stream.
+4. ``hash + accumulate``: windows + row ids + ``NgramCounts.add_windows`` over the whole stream
+   in 1M-token chunks; ``analysis``: the RowUsage and CollisionStats tables from the counts.
+5. Peak memory (ru_maxrss of a fresh child process) for ``--memory-tokens`` tokens run through
+   (4) and the analysis, twice: the real corpus repeated (distinct n-grams stay those of the
+   corpus) and a worst case of uniformly random ids (almost every n-gram distinct).
+
+Machines here are shared and noisy: compare the ratios of one run, not absolute numbers
+across runs. This is a benchmark, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from engram_viz.collisions import CollisionStats
+from engram_viz.config import load_config
+from engram_viz.corpus import default_corpus_files, iter_documents
+from engram_viz.layout import EngramLayout
+from engram_viz.ngrams import DEAD, NgramCounts, StreamWindows, rows_from_windows
+from engram_viz.tokenizer import BOS_ID, get_tokenizer
+from engram_viz.usage import RowUsage
+
+CHUNK = 1_000_000
+
+
+def reference_hash(raw_ids: np.ndarray, starts: np.ndarray, token_map: np.ndarray, layout: EngramLayout) -> np.ndarray:
+    """Per-position Python transcription of the reference hash forward: rows ``[N, n_layers, 24]``."""
+    mults = layout.multipliers.tolist()
+    primes = layout.primes.tolist()
+    offsets = layout.offsets.tolist()
+    heads, max_n = layout.n_heads, layout.max_ngram_size
+    pad = int(token_map[layout.config.engram_pad_id])
+    tmap = token_map.tolist()
+    out, cache = [], []
+    for raw, start in zip(raw_ids.tolist(), starts.tolist()):
+        if start:
+            cache = []  # a new sequence: positions restart at 0
+        cache.append(tmap[raw])
+        t = len(cache) - 1
+        per_layer = []
+        for li in range(len(mults)):
+            rolling, blocked, row = 0, False, []
+            for shift in range(max_n):
+                if t - shift < 0 or cache[t - shift] == DEAD:
+                    blocked = True
+                token = pad if blocked else cache[t - shift]
+                rolling ^= token * mults[li][shift]
+                if shift:
+                    for head in range(heads):
+                        col = (shift - 1) * heads + head
+                        row.append(rolling % primes[li][shift - 1][head] + offsets[li][col])
+            per_layer.append(row)
+        out.append(per_layer)
+    return np.array(out, dtype=np.int64)
+
+
+def tokenize_default_corpus(tok) -> tuple[np.ndarray, np.ndarray, float]:
+    """Raw ids and sequence starts of the default corpus, BOS per document; seconds spent."""
+    texts = [t for f in default_corpus_files() for t, cont in iter_documents(f) if not cont]
+    t0 = time.perf_counter()
+    enc = tok.backend.encode_batch(texts, add_special_tokens=False)
+    seconds = time.perf_counter() - t0
+    docs = [np.array([BOS_ID, *e.ids], dtype=np.int64) for e in enc]
+    starts = np.zeros(sum(map(len, docs)), dtype=bool)
+    starts[np.cumsum([0] + [len(d) for d in docs[:-1]])] = True
+    return np.concatenate(docs), starts, seconds
+
+
+def hash_and_accumulate(cfg, token_map, ids: np.ndarray, starts: np.ndarray, counts: NgramCounts) -> None:
+    """Windows, row ids and counting over a stream in 1M-token chunks (bounded memory)."""
+    layout = EngramLayout(cfg)
+    stream = StreamWindows(cfg, token_map)
+    for a in range(0, len(ids), CHUNK):
+        windows = stream(ids[a : a + CHUNK], starts[a : a + CHUNK])
+        rows_from_windows(layout, windows)  # the row ids themselves (computed, then dropped)
+        counts.add_windows(windows)
+
+
+def analysis(cfg, counts: NgramCounts) -> None:
+    RowUsage(cfg, counts).to_frame(tokenizer=False)
+    CollisionStats(cfg, counts).to_frame(tokenizer=False)
+
+
+def memory_child(args: argparse.Namespace) -> None:
+    cfg = load_config(args.config)
+    tok = get_tokenizer(cfg)
+    base = np.load(args.stream)
+    ids, starts = base["ids"], base["starts"]
+    if args.mode == "random":
+        rng = np.random.default_rng(0)
+        ids = rng.integers(3, 128000, args.memory_tokens)
+        starts = np.zeros(args.memory_tokens, dtype=bool)
+        starts[::4096] = True
+    else:
+        reps = -(-args.memory_tokens // len(ids))
+        ids, starts = np.tile(ids, reps)[: args.memory_tokens], np.tile(starts, reps)[: args.memory_tokens]
+    del base
+    t0 = time.perf_counter()
+    counts = NgramCounts(cfg)
+    hash_and_accumulate(cfg, tok.token_map, ids, starts, counts)
+    t1 = time.perf_counter()
+    analysis(cfg, counts)
+    t2 = time.perf_counter()
+    print(
+        json.dumps(
+            {
+                "mode": args.mode,
+                "tokens": len(ids),
+                "distinct_ngrams": {n: counts.n_distinct(n) for n in cfg.ngram_orders},
+                "hash_accumulate_s": round(t1 - t0, 2),
+                "analysis_s": round(t2 - t1, 2),
+                "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+            }
+        )
+    )
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--config", default="v41-flash")
+    p.add_argument("--ref-tokens", type=int, default=200_000)
+    p.add_argument("--memory-tokens", type=int, default=10_000_000)
+    p.add_argument("--json", default=None, help="also write the results here")
+    p.add_argument("--memory-child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--mode", default="repeat", help=argparse.SUPPRESS)
+    p.add_argument("--stream", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.memory_child:
+        memory_child(args)
+        return
+
+    cfg = load_config(args.config)
+    layout = EngramLayout(cfg)
+    tok = get_tokenizer(cfg)
+    ids, starts, tok_s = tokenize_default_corpus(tok)
+    n = len(ids)
+    results = {"config": cfg.name, "corpus_tokens": n, "tokenizer_tok_per_s": round(n / tok_s)}
+    print(f"config {cfg.name}; default corpus: {n:,} tokens, tokenized at {n / tok_s:,.0f} tok/s (tokenizers, 1 batch)")
+
+    m = min(args.ref_tokens, n)
+    t0 = time.perf_counter()
+    ref = reference_hash(ids[:m], starts[:m], tok.token_map, layout)
+    ref_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    ours = rows_from_windows(layout, StreamWindows(cfg, tok.token_map)(ids[:m], starts[:m]))
+    ours_s = time.perf_counter() - t0
+    identical = bool(np.array_equal(ref, ours))
+    results.update(
+        reference_tokens=m,
+        reference_tok_per_s=round(m / ref_s),
+        vectorised_hash_same_tokens_tok_per_s=round(m / ours_s),
+        bit_identical=identical,
+    )
+    print(f"\n[same {m:,} positions]   reference (per-position Python): {m / ref_s:>12,.0f} tok/s")
+    print(
+        f"                          vectorised hash (numpy):        {m / ours_s:>12,.0f} tok/s "
+        f"({ref_s / ours_s:.1f}x), row ids bit-identical: {identical}"
+    )
+    if not identical:
+        raise SystemExit("row ids differ from the reference transcription")
+
+    t0 = time.perf_counter()
+    hash_full = rows_from_windows(layout, StreamWindows(cfg, tok.token_map)(ids, starts))
+    hash_s = time.perf_counter() - t0
+    del hash_full
+    counts = NgramCounts(cfg)
+    t0 = time.perf_counter()
+    hash_and_accumulate(cfg, tok.token_map, ids, starts, counts)
+    acc_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    analysis(cfg, counts)
+    ana_s = time.perf_counter() - t0
+    ref_rate = m / ref_s
+    results.update(
+        vectorised_hash_tok_per_s=round(n / hash_s),
+        hash_accumulate_tok_per_s=round(n / acc_s),
+        hash_accumulate_vs_reference=round((n / acc_s) / ref_rate, 1),
+        analysis_s=round(ana_s, 2),
+        end_to_end_tok_per_s=round(n / (acc_s + ana_s)),
+        end_to_end_vs_reference=round((n / (acc_s + ana_s)) / ref_rate, 1),
+        distinct_ngrams={n_: counts.n_distinct(n_) for n_ in cfg.ngram_orders},
+    )
+    print(f"\n[whole corpus, {n:,} tokens]")
+    print(f"  vectorised hash only:                         {n / hash_s:>12,.0f} tok/s")
+    print(
+        f"  hash + accumulate (windows, rows, counts):    {n / acc_s:>12,.0f} tok/s "
+        f"= {results['hash_accumulate_vs_reference']}x the reference hash alone"
+    )
+    print(f"  analysis (RowUsage + CollisionStats tables):  {ana_s:>12.1f} s")
+    print(
+        f"  end to end (accumulate + analysis):           {results['end_to_end_tok_per_s']:>12,} tok/s "
+        f"= {results['end_to_end_vs_reference']}x"
+    )
+    print("  distinct n-grams: " + ", ".join(f"{k}-grams {v:,}" for k, v in results["distinct_ngrams"].items()))
+
+    with tempfile.TemporaryDirectory() as tmp:
+        stream = Path(tmp) / "stream.npz"
+        np.savez(stream, ids=ids, starts=starts)
+        results["memory"] = []
+        print(f"\n[peak memory, {args.memory_tokens:,} tokens, fresh process: hash + accumulate + analysis]")
+        for mode in ("repeat", "random"):
+            cmd = [
+                sys.executable,
+                __file__,
+                "--memory-child",
+                "--mode",
+                mode,
+                "--stream",
+                str(stream),
+                "--config",
+                cfg.name,
+                "--memory-tokens",
+                str(args.memory_tokens),
+            ]
+            out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+            r = json.loads(out)
+            results["memory"].append(r)
+            label = "default corpus repeated" if mode == "repeat" else "random ids (worst case)"
+            print(
+                f"  {label:<26} peak {r['peak_rss_mib']:>8,.0f} MiB; hash+accumulate {r['hash_accumulate_s']} s "
+                f"({r['tokens'] / r['hash_accumulate_s']:,.0f} tok/s), analysis {r['analysis_s']} s; distinct "
+                + ", ".join(f"{k}-grams {v:,}" for k, v in r["distinct_ngrams"].items())
+            )
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
