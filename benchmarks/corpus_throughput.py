@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engram_viz.collisions import CollisionStats
+from engram_viz.collisions import CollisionStats, analyse_together
 from engram_viz.config import load_config
 from engram_viz.corpus import default_corpus_files, iter_documents
 from engram_viz.layout import EngramLayout
@@ -99,8 +99,11 @@ def hash_and_accumulate(cfg, token_map, ids: np.ndarray, starts: np.ndarray, cou
 
 
 def analysis(cfg, counts: NgramCounts) -> None:
-    RowUsage(cfg, counts).to_frame(tokenizer=False)
-    CollisionStats(cfg, counts).to_frame(tokenizer=False)
+    """Every table of the corpus job (one pass over the columns), without decoding text."""
+    usage, collisions = RowUsage(cfg, counts), CollisionStats(cfg, counts)
+    analyse_together(usage, collisions)
+    usage.to_frame(tokenizer=False)
+    collisions.to_frame(tokenizer=False)
 
 
 def memory_child(args: argparse.Namespace) -> None:
@@ -244,6 +247,7 @@ def main() -> None:
                 + ", ".join(f"{k}-grams {v:,}" for k, v in r["distinct_ngrams"].items())
             )
     if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
 
 

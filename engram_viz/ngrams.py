@@ -188,14 +188,18 @@ def rows_from_windows(layout: EngramLayout, windows: np.ndarray) -> np.ndarray:
     n = len(w)
     out = np.empty((n, len(layout.layer_ids), layout.n_hash_cols), dtype=np.int64)
     heads = layout.n_heads
+    product = np.empty(n, dtype=np.int64)
     for li in range(len(layout.layer_ids)):
         mult = layout.multipliers[li]
         rolling = w[:, 0] * mult[0]
         for s in range(1, layout.max_ngram_size):
-            rolling = rolling ^ (w[:, s] * mult[s])
+            np.multiply(w[:, s], mult[s], out=product)
+            np.bitwise_xor(rolling, product, out=rolling)
             for head in range(heads):
                 col = (s - 1) * heads + head
-                out[:, li, col] = rolling % layout.column_primes[li, col] + layout.offsets[li, col]
+                view = out[:, li, col]
+                np.remainder(rolling, layout.column_primes[li, col], out=view)
+                view += layout.offsets[li, col]
     return out
 
 
