@@ -63,7 +63,7 @@ TORCH_TO_SAFETENSORS = {dt: name for name, (dt, _) in SAFETENSORS_DTYPES.items()
 COALESCE_GAP_BYTES = 4096  # rows closer than this are read in one pread (gap bytes discarded)
 MAX_READ_BYTES = 16 * 2**20  # one pread never asks for more than this
 THREADED_MIN_READS = 4096  # below this many reads a gather stays on the calling thread
-DEQUANT_CHUNK_ROWS = 16384  # bounds the float32 temporaries of dequantisation
+DEQUANT_CHUNK_ROWS = 4096  # bounds the float32 temporaries of dequantisation (4 MB each at head_dim 256)
 
 
 class CheckpointError(ValueError):
