@@ -782,7 +782,13 @@ class ProceduralTable(EngramTable):
         self.device = torch.device("cpu")
 
     def _gather_unique(self, ids: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        return fp8.quantize_rows(procedural_values(ids, self.head_dim, self.key))
+        w = torch.empty(len(ids), self.head_dim, dtype=torch.float8_e4m3fn)
+        s = torch.empty(len(ids), self.head_dim // FP8_BLOCK_SIZE, dtype=torch.float8_e8m0fnu)
+        for a in range(0, len(ids), PROCEDURAL_CHUNK_ROWS):  # row by row arithmetic: chunks only bound memory
+            w[a : a + PROCEDURAL_CHUNK_ROWS], s[a : a + PROCEDURAL_CHUNK_ROWS] = fp8.quantize_rows(
+                procedural_values(ids[a : a + PROCEDURAL_CHUNK_ROWS], self.head_dim, self.key)
+            )
+        return w, s
 
 
 # --------------------------------------------------------------------------------------------
