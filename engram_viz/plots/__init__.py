@@ -10,6 +10,7 @@ Paper figures (matplotlib, ``paper`` / ``tokens``), each taking a tidy frame:
 - ``coverage_per_column(coverage)``      rows touched / prime per (order, head)
 - ``row_rank_frequency(usage)``          hits of the r-th most used row, log-log
 - ``touched_rows_map(usage, layout)``    touched rows over a layer's address space, binned
+- ``heads_shared_vs_expected(heads)``   n-grams sharing a bucket on k of 8 heads vs a uniform hash
 - ``gate_difference_heatmap(diff)``      gate of prompt B minus prompt A per aligned token
 
 Exploring (plotly): ``gate_heatmap_interactive(gates, rows=...)``, ``gate_difference_interactive(diff)``. Token-coloured HTML with
@@ -25,6 +26,7 @@ from .paper import (
     gate_difference_heatmap,
     gate_distributions,
     gate_heatmap,
+    heads_shared_vs_expected,
     row_rank_frequency,
     touched_rows_map,
 )
@@ -47,6 +49,7 @@ __all__ = [
     "gate_heatmap",
     "gate_heatmap_interactive",
     "get_theme",
+    "heads_shared_vs_expected",
     "paper_rc",
     "require_cjk_font",
     "row_rank_frequency",

@@ -555,3 +555,46 @@ def gate_difference_heatmap(
         bar = fig.colorbar(im, ax=ax, label=f"gate {b} - {a}", fraction=0.04, pad=0.01, aspect=15)
         bar.outline.set_visible(False)
     return fig
+
+
+def heads_shared_vs_expected(
+    heads_shared: pd.DataFrame,
+    *,
+    layer: int | Sequence[int] | None = None,
+    theme: str | Theme = "light",
+    width: float = 7.0,
+) -> Figure:
+    """Multi-head sharing: how many distinct n-grams share a bucket on 0, 1, ..., 8 of their heads
+    (bars, log scale) against a uniform hash (markers; Poisson-binomial over the heads), one panel
+    per (layer, order). An n-gram's table read is ambiguous only on the heads where it shares.
+
+    heads_shared: layer, order, heads_shared, ngrams, expected_ngrams (``CollisionStats.heads_shared()``).
+    """
+    require_columns(heads_shared, ("layer", "order", "heads_shared", "ngrams", "expected_ngrams"), "heads_shared")
+    layers = pick_layers(heads_shared, layer, "heads_shared")
+    orders = sorted(int(o) for o in pd.unique(heads_shared["order"]))
+    with themed_figure(theme, (width, 0.7 + 1.7 * len(layers))) as (fig, t):
+        axes = fig.subplots(len(layers), len(orders), squeeze=False, sharey=True)
+        for r, lay in enumerate(layers):
+            for c, order in enumerate(orders):
+                ax = axes[r, c]
+                at = heads_shared[(heads_shared["layer"] == lay) & (heads_shared["order"] == order)]
+                at = at.sort_values("heads_shared")
+                x = at["heads_shared"].to_numpy()
+                ax.bar(x, at["ngrams"].to_numpy(dtype=float), width=0.75, color=t.palette[c % len(t.palette)],
+                       label="observed")  # fmt: skip
+                exp = at["expected_ngrams"].to_numpy(dtype=float)
+                keep = exp >= 1e-3
+                ax.scatter(x[keep], exp[keep], marker="_", s=80, linewidths=1.5, color=t.foreground, zorder=3,
+                           label="expected (uniform hash)")  # fmt: skip
+                ax.set_yscale("log")
+                ax.set_ylim(bottom=0.5)
+                ax.set_xticks(x)
+                ax.set_title(f"layer {lay}, {order}-grams", loc="left")
+                ax.grid(axis="y")
+                ax.set_axisbelow(True)
+            axes[r, 0].set_ylabel("distinct n-grams")
+        fig.supxlabel("heads (of 8) on which the n-gram shares its bucket", fontsize=8)
+        handles, labels = axes[0, 0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="outside lower center", ncols=2)
+    return fig

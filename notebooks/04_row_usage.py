@@ -1,0 +1,78 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 04 · Table row usage
+#
+# Which rows of the Engram tables does text actually read? Each position reads 24 rows per Engram
+# layer; over a corpus, some rows are read thousands of times and most never. Like the collisions,
+# row usage depends only on the tokenizer and the layout, so it is exact for DeepSeek-V4.1-Flash
+# without any weights. Corpus: the default corpus capped at `ENGRAM_VIZ_CORPUS_TOKENS` tokens per
+# file (default 60,000).
+
+# %%
+from IPython.display import display
+
+from engram_viz import notebook as nb
+from engram_viz.config import load_config
+from engram_viz.layout import EngramLayout
+from engram_viz.ngrams import NgramDecoder
+from engram_viz.plots import coverage_per_column, row_rank_frequency, touched_rows_map
+from engram_viz.tokenizer import get_tokenizer
+from engram_viz.usage import RowUsage
+
+nb.setup()
+v41 = load_config("v41-flash")
+tok = get_tokenizer(v41)
+corpus, description = nb.corpus_sample(v41, tokenizer=tok)
+print(description)
+usage = RowUsage(v41, counts=corpus.counts)
+print(f"{usage.n_positions:,} positions counted")
+nb.layout_provenance(v41, description)
+
+# %% [markdown]
+# ## Coverage per column
+# The fraction of each (order, head) column's rows read at least once (rows touched / prime):
+
+# %%
+coverage = usage.coverage()
+summary = coverage.groupby("layer")[["hits", "rows_touched", "prime"]].sum()
+summary["coverage"] = summary["rows_touched"] / summary["prime"]
+display(summary)
+coverage_per_column(coverage, log=True)
+
+# %% [markdown]
+# ## Rank-frequency
+# Hits of the r-th most read row, log-log: a few rows (the n-grams of very common words and
+# punctuation) take a large share of all reads.
+
+# %%
+row_rank_frequency(usage.rank_frequency())
+
+# %% [markdown]
+# ## Hot rows, decoded
+# The most read rows of each layer and the n-grams that land there:
+
+# %%
+decoder = NgramDecoder(tok, corpus.counts.pad_id, corpus.raw_counts)
+usage.hot_rows(top=8, ngrams_per_row=2, tokenizer=decoder)
+
+# %% [markdown]
+# ## Where the touched rows lie
+# Each strip is one (order, head) column's range of rows, cut into bins; the colour is the fraction
+# of rows touched in each bin. A good hash spreads the reads evenly over the address space.
+
+# %%
+touched_rows_map(usage, EngramLayout(v41))
