@@ -340,12 +340,8 @@ class CollisionStats:
         return out
 
     # -- per position
-    def shared_rows(self, compressed, token_mask=None) -> np.ndarray:
-        """For sequences of compressed ids ``[B, T]`` or ``[T]`` (each from position 0, token_mask
-        False at image positions): bool ``[B, T, n_layers, n_hash_cols]`` (or ``[T, ...]``), True
-        where the position's row also holds a distinct key other than its own. Image positions: False."""
-        c = np.asarray(compressed.detach().cpu().numpy() if hasattr(compressed, "detach") else compressed)
-        windows, mask = sequence_windows(c, self.counts.pad_id, self.config.engram_max_ngram_size, token_mask)
+    def _shared_windows(self, windows: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """bool ``[N, n_layers, n_hash_cols]`` for windows ``[N, max_ngram]`` (one pass over the population)."""
         out = np.zeros((len(windows), len(self.layout.layer_ids), self.layout.n_hash_cols), dtype=bool)
         for order in self.config.ngram_orders:
             q = window_ngrams(windows, order)
@@ -358,12 +354,48 @@ class CollisionStats:
                     p = int(self.layout.column_primes[li, col])
                     out[:, li, col] = bucket_lookup(hs % p, p, hq % p) - member >= 1
         out &= mask[:, None, None]
-        return out.reshape(*c.shape, *out.shape[1:])
+        return out
+
+    def shared_rows(self, compressed, token_mask=None) -> np.ndarray:
+        """For sequences of compressed ids ``[B, T]`` or ``[T]`` (each from position 0, token_mask
+        False at image positions): bool ``[B, T, n_layers, n_hash_cols]`` (or ``[T, ...]``), True
+        where the position's row also holds a distinct key other than its own. Image positions: False.
+        Every call hashes the whole population once: pass many sequences per call
+        (``shared_rows_ragged`` for sequences of different lengths)."""
+        c = np.asarray(compressed.detach().cpu().numpy() if hasattr(compressed, "detach") else compressed)
+        windows, mask = sequence_windows(c, self.counts.pad_id, self.config.engram_max_ngram_size, token_mask)
+        return self._shared_windows(windows, mask).reshape(*c.shape, len(self.layout.layer_ids), -1)
+
+    def shared_rows_ragged(self, sequences, token_masks=None) -> list[np.ndarray]:
+        """``shared_rows`` of sequences of different lengths (a list of ``[T_i]`` compressed ids,
+        optional list of bool ``[T_i]`` masks) in one pass: a list of bool ``[T_i, n_layers, 24]``."""
+        sequences = [np.asarray(x.detach().cpu().numpy() if hasattr(x, "detach") else x) for x in sequences]
+        if token_masks is not None and len(token_masks) != len(sequences):
+            raise ValueError(
+                f"token_masks has {len(token_masks)} entries, expected one per sequence ({len(sequences)})"
+            )
+        parts = [
+            sequence_windows(
+                c,
+                self.counts.pad_id,
+                self.config.engram_max_ngram_size,
+                None if token_masks is None else token_masks[i],
+            )
+            for i, c in enumerate(sequences)
+        ]
+        if not parts:
+            return []
+        flat = self._shared_windows(np.concatenate([w for w, _ in parts]), np.concatenate([m for _, m in parts]))
+        return np.split(flat, np.cumsum([len(c) for c in sequences])[:-1])
 
     def exposure(self, compressed, token_mask=None) -> np.ndarray:
         """Collision exposure int64 ``[B, T, n_layers]`` (or ``[T, n_layers]``): how many of the
         position's rows are shared with a different n-gram (0..n_hash_cols; 0 at image positions)."""
         return self.shared_rows(compressed, token_mask).sum(-1)
+
+    def exposure_ragged(self, sequences, token_masks=None) -> list[np.ndarray]:
+        """``exposure`` of sequences of different lengths in one pass: a list of int64 ``[T_i, n_layers]``."""
+        return [s.sum(-1) for s in self.shared_rows_ragged(sequences, token_masks)]
 
 
 def analyse_together(

@@ -128,6 +128,11 @@ def test_exposure_equals_brute_force(config_name):
         assert np.array_equal(population.exposure(np.array(s), np.array(m)), shared.sum(-1))
     batch = np.array([seqs[0][:5], seqs[1][:5]])
     assert population.exposure(batch).shape == (2, 5, cfg.n_engram_layers)
+    ragged = population.exposure_ragged([np.array(s) for s in seqs], [np.array(m) for m in masks])
+    for s, m, got in zip(seqs, masks, ragged):
+        assert np.array_equal(got, population.exposure(np.array(s), np.array(m)))
+    with pytest.raises(ValueError, match="one per sequence"):
+        population.exposure_ragged([np.array(seqs[0])], [])
 
 
 def test_merge_of_shards_equals_whole():
