@@ -128,7 +128,7 @@ readme = {
     "readme_tokens": token_text_figure(gates, en[:2] + zh[:1], layer=last, title=f"Gate per token, layer {last}"),
     "readme_gate_heatmap": gate_heatmap(gates, "en_alexander"),
     "readme_collisions": collisions_vs_expected(collisions.columns()),
-    "readme_difference": gate_difference_heatmap(diff),
+    "readme_difference": gate_difference_heatmap(diff, width=6.0, title="gate B - gate A: 'China' -> 'Chile'"),
 }
 for name, fig in readme.items():
     nb.stamp(fig, label if name != "readme_collisions" else "DeepSeek-V4.1-Flash layout (exact, no weights)")
