@@ -565,7 +565,13 @@ class PromptComparison:
         box.observe(self._on_change, names="value")
         self._boxes.append(box)
         self._prompt_row.children = tuple(self._boxes)
+        self._set_targets()
+
+    def _set_targets(self) -> None:
+        """The 'into' dropdown lists the prompt slots and always has one selected (A by default)."""
+        keep = self._image_target_w.value
         self._image_target_w.options = list(SLOTS[: len(self._boxes)])
+        self._image_target_w.value = keep if keep in self._image_target_w.options else SLOTS[0]
 
     def _check_layer(self, layer: Any) -> int:
         try:
@@ -632,7 +638,7 @@ class PromptComparison:
             if len(self._boxes) > len(prompts):
                 self._boxes = self._boxes[: len(prompts)]
                 self._prompt_row.children = tuple(self._boxes)
-                self._image_target_w.options = list(SLOTS[: len(self._boxes)])
+                self._set_targets()
             self._raw = {}
             for k, (box, p) in enumerate(zip(self._boxes, prompts)):
                 if isinstance(p, str):
