@@ -4,7 +4,8 @@
 
 - **weights**: ``checkpoint`` is ``None`` (the embedded default), a folder path or an opened
   :class:`engram_viz.checkpoint.Checkpoint`. A folder holding the *tiny Engram LM*
-  (``config.json`` with a ``tiny_lm`` section, see ``tiny_model``) is run as a whole model.
+  (``config.json`` with a ``tiny_lm`` section, see ``tiny_model``) runs as a whole model (its own
+  streams) unless other streams are asked for.
 - **streams** (what each Engram layer reads as ``x``; its label goes into every Trace):
   ``"auto"`` (the model's own streams when the weights are a whole model, else embedding
   streams), ``"model"``, ``"embedding"`` (``streams.embedding_streams``: the token embedding
@@ -122,20 +123,24 @@ class Pipeline:
         self.checkpoint = None
         if checkpoint is None:
             checkpoint = _default_weights()
+        whole_model = not (isinstance(streams, str) and streams == "embedding") and not callable(streams)
+        whole_model = whole_model and not (isinstance(streams, (str, Path)) and Path(streams).suffix == ".safetensors")
         if isinstance(checkpoint, (str, Path)):
             path = Path(checkpoint)
             if not path.exists():
                 raise FileNotFoundError(f"checkpoint {path} does not exist; expected a checkpoint folder")
-            if _is_tiny_lm_folder(path if path.is_dir() else path.parent):
-                self._load_tiny_lm(path if path.is_dir() else path.parent)
+            folder = path if path.is_dir() else path.parent
+            if _is_tiny_lm_folder(folder) and whole_model:
+                self._load_tiny_lm(folder)
             else:
                 from .checkpoint import open_checkpoint
 
                 checkpoint = open_checkpoint(path)
         if self.lm is None:
-            if _is_tiny_lm_folder(getattr(checkpoint, "path", None)):
-                self._load_tiny_lm(Path(checkpoint.path))
-            else:
+            folder = getattr(checkpoint, "path", None)
+            if _is_tiny_lm_folder(folder) and whole_model:  # a tiny LM runs whole: its own streams
+                self._load_tiny_lm(Path(folder))
+            else:  # Engram layers only (a tiny LM too, when other streams are asked for)
                 self._load_checkpoint(checkpoint)
         self._setup_streams(streams)
 
@@ -149,10 +154,12 @@ class Pipeline:
         self.config: EngramConfig = self.lm.config
         self.tokenizer = get_tokenizer(self.config)
         self.engrams: dict[int, Engram] = {int(k): e for k, e in self.lm.engrams.items()}
-        card = folder / "MODEL_CARD.md"
-        self.model_label = f"tiny Engram LM, trained weights from {folder.name}/" + (
-            " (see MODEL_CARD.md)" if card.is_file() else ""
-        )
+        try:
+            from .tiny_model import checkpoint_label
+
+            self.model_label = checkpoint_label(folder)
+        except ImportError:  # pragma: no cover - older tiny_model
+            self.model_label = f"tiny Engram LM, trained weights from {folder}"
         self.registry = HookRegistry.from_module(self.lm)
 
     def _load_checkpoint(self, checkpoint: Any) -> None:
@@ -193,8 +200,6 @@ class Pipeline:
             )
             return
         if streams == "embedding":
-            if self.lm is not None:
-                raise ValueError("the tiny Engram LM runs whole; use streams='model' (or 'auto') with it")
             self.streams_mode = "embedding"
             self.streams_label = ""  # filled from streams.embedding_streams on the first run
             return
@@ -464,6 +469,10 @@ def collision_exposure(trace: Trace, config: EngramConfig, stats: Any = None) ->
         seqs.append((c, mask))
         pop.add_compressed(c, mask)
     out = torch.zeros((trace.batch_size, trace.seq_len, len(trace.layer_ids)), dtype=torch.int64)
-    for i, (c, mask) in enumerate(seqs):
-        out[i, : len(c)] = torch.from_numpy(np.asarray(pop.exposure(c, mask), dtype=np.int64))
+    if hasattr(pop, "exposure_ragged"):  # one pass over the population for all prompts
+        per_prompt = pop.exposure_ragged([c for c, _ in seqs], [m for _, m in seqs])
+    else:
+        per_prompt = [pop.exposure(c, m) for c, m in seqs]
+    for i, e in enumerate(per_prompt):
+        out[i, : len(e)] = torch.from_numpy(np.asarray(e, dtype=np.int64))
     return out.masked_fill(~valid.unsqueeze(-1), 0)
