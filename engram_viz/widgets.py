@@ -45,8 +45,10 @@ not computed (the notebooks show it). ``benchmarks/widget_update.py`` measures a
 from __future__ import annotations
 
 import difflib
+import functools
 import html
 import os
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -73,6 +75,9 @@ DEFAULT_PAIR = (
     "Only Alexander the Great could tame the horse Bucephalus.",
     "Only Alexander the Small could tame the horse Bucephalus.",
 )
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class PromptInputError(ValueError):
@@ -444,6 +449,21 @@ def _stream_text(stream: int | str) -> str:
 # ------------------------------------------------------------------------------------ the app
 
 
+@functools.cache
+def _prompt_box_class() -> type:
+    """``ipywidgets.Textarea`` whose value the kernel does not echo back to the browser. A browser
+    can send text holding a lone surrogate (invalid UTF-8, pasted from a broken source); the kernel
+    cannot send it back (its messages are UTF-8 JSON), and ipywidgets' echo, sent before the value
+    is set, would fail and drop the edit silently instead of letting the app say what is wrong."""
+    import ipywidgets as W
+    from traitlets import Unicode
+
+    class PromptBox(W.Textarea):
+        value = Unicode(help="String value").tag(sync=True, echo_update=False)
+
+    return PromptBox
+
+
 def pipeline_from_env(checkpoint: Any = None, **kwargs: Any):
     """A Pipeline on ``checkpoint``, else on the folder named by ``$ENGRAM_VIZ_CHECKPOINT``, else on
     the embedded default weights."""
@@ -554,7 +574,7 @@ class PromptComparison:
     def _new_box(self, text: str) -> None:
         W = self._W
         slot = SLOTS[len(self._boxes)]
-        box = W.Textarea(
+        box = _prompt_box_class()(
             value=str(text),
             description=slot,
             placeholder=f"prompt {slot}: text, with <image:WxH> placeholders if you like",
@@ -725,6 +745,14 @@ class PromptComparison:
         shown, raw = self._raw.get(k, (None, text))
         if shown != text:  # edited since set_prompts: the box's text counts
             raw = text
+            if isinstance(text, str) and _LONE_SURROGATE.search(text):
+                # the box shows U+FFFD (the text can go back to the browser); the check sees the original
+                self._raw[k] = (_LONE_SURROGATE.sub("\ufffd", text), text)
+                self._busy = True
+                try:
+                    self._boxes[k].value = self._raw[k][0]
+                finally:
+                    self._busy = False
         try:
             return check_prompt_text(raw, max_chars=self.max_chars, name=f"prompt {SLOTS[k]}"), None
         except PromptInputError as err:
