@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from engram_viz.capture import HookRegistry, force_gate
-from engram_viz.checkpoint import default_checkpoint
+from engram_viz.checkpoint import default_checkpoint, synthetic_checkpoint
 from engram_viz.config import TEXT
 from engram_viz.engram import default_device
 from engram_viz.layout import EngramLayout
@@ -22,17 +22,20 @@ TEXTS = [
 
 @pytest.fixture(scope="module")
 def pipe() -> Pipeline:
-    return Pipeline(default_checkpoint(), streams="embedding", device="cpu", batch_size=2)
+    return Pipeline(synthetic_checkpoint("tiny", 0), streams="embedding", device="cpu", batch_size=2)
 
 
 def test_defaults(pipe):
-    assert Pipeline(default_checkpoint(), streams="embedding").device == default_device()
+    default = Pipeline()
+    assert default.device == default_device()
+    assert default.model_label == default_checkpoint().label  # the embedded default weights
+    assert default.streams_mode == ("model" if default.lm is not None else "embedding")
     assert pipe.streams_mode == "embedding" and pipe.layer_ids == (1, 3)
     assert "Pipeline(" in repr(pipe)
     with pytest.raises(ValueError, match="expected 'auto'"):
         Pipeline(default_checkpoint(), streams="nowhere.safetensors", device="cpu")
     with pytest.raises(ValueError, match="whole model"):
-        Pipeline(default_checkpoint(), streams="model", device="cpu")
+        Pipeline(synthetic_checkpoint("tiny"), streams="model", device="cpu")  # Engram layers only
     with pytest.raises(FileNotFoundError, match="does not exist"):
         Pipeline("/no/such/checkpoint", device="cpu")
 
@@ -120,7 +123,7 @@ def test_prompt_forms(pipe):
 
 
 def test_captured_and_callable_streams(tmp_path, tiny_config):
-    ckpt = default_checkpoint()
+    ckpt = synthetic_checkpoint("tiny", 0)
     base = Pipeline(ckpt, streams="embedding", device="cpu")
     built = base.build(TEXTS[:2])
     ids, types, _ = base._pad(built)
@@ -135,3 +138,4 @@ def test_captured_and_callable_streams(tmp_path, tiny_config):
     torch.testing.assert_close(cap.gates, call.gates, rtol=0, atol=1e-6)
     assert torch.equal(cap.row_ids, call.row_ids)
     assert (types == TEXT).all()
+

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from engram_viz.capture import hook_name
+from engram_viz.checkpoint import synthetic_checkpoint
 from engram_viz.layout import EngramLayout
 from engram_viz.pipeline import Pipeline
 from engram_viz.trace import Trace, TraceError
@@ -24,7 +25,7 @@ PROMPTS = [
 
 @pytest.fixture(scope="module")
 def trace() -> Trace:
-    pipe = Pipeline(device="cpu", batch_size=2)
+    pipe = Pipeline(synthetic_checkpoint("tiny", 0), streams="embedding", device="cpu", batch_size=2)
     return pipe.run(PROMPTS, names=["engram.*.dot", "engram.L1.rows", "engram.L3.out", "engram.L1.value"])
 
 
