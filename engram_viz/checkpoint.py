@@ -494,11 +494,24 @@ def _check_entry(
 
 
 def _validated_parts(scan: CheckpointScan, cfg: EngramConfig) -> dict[str, list[TensorInfo]]:
-    """Every tensor the config needs, checked for presence, dtype and shape: name -> parts to read."""
-    return {name: _check_entry(scan, cfg, name, dtype, shape) for name, (dtype, shape) in expected_tensors(cfg).items()}
+    """Every tensor the config needs, checked for presence, dtype and shape: name -> parts to read.
+    A tiny Engram LM folder (``tiny_model``) keeps its own compact token embedding instead of
+    ``embed.weight``."""
+    from .tiny_model import is_tiny_lm_folder
+
+    skip = (EMBED_NAME,) if is_tiny_lm_folder(scan.path) else ()
+    return {
+        name: _check_entry(scan, cfg, name, dtype, shape)
+        for name, (dtype, shape) in expected_tensors(cfg).items()
+        if name not in skip
+    }
 
 
 def _label(scan: CheckpointScan, cfg: EngramConfig) -> str:
+    from .tiny_model import checkpoint_label, is_tiny_lm_folder
+
+    if is_tiny_lm_folder(scan.path):
+        return checkpoint_label(scan.path)
     if scan.synthetic:
         m = scan.marker or {}
         return f"SYNTHETIC {m.get('config', cfg.name)} checkpoint (seed {m.get('seed', '?')}; random weights, not trained) at {scan.path}"
@@ -531,11 +544,16 @@ def open_checkpoint(path: str | Path, config: EngramConfig | str | Path | None =
             q_weight=read_tensor(parts[names["q_weight"]][0]),
             k_weight=read_tensor(parts[names["k_weight"]][0]),
         )
-    embed = TokenEmbedding(
-        LazyRows(parts[EMBED_NAME], num_rows=cfg.vocab_size),
-        label=f"{prefix}token embedding embed.weight of {scan.path}",
-        synthetic=synthetic,
-    )
+    if EMBED_NAME in parts:
+        embed = TokenEmbedding(
+            LazyRows(parts[EMBED_NAME], num_rows=cfg.vocab_size),
+            label=f"{prefix}token embedding embed.weight of {scan.path}",
+            synthetic=synthetic,
+        )
+    else:  # a tiny Engram LM folder: its compact embedding over the raw ids it knows
+        from .tiny_model import compact_token_embedding
+
+        embed = compact_token_embedding(scan.path, label)
     return Checkpoint(
         config=cfg,
         path=scan.path,
@@ -854,8 +872,13 @@ def _cached_wkv(cfg: EngramConfig, seed: int, layer_id: int, cache: Path) -> tup
 
 
 def default_checkpoint() -> Checkpoint:
-    """The checkpoint used when none is given: for now the synthetic ``tiny`` checkpoint (seed 0),
-    labelled SYNTHETIC; a later release embeds trained weights under ``data/``."""
+    """The checkpoint used when none is given: the trained tiny Engram LM committed in
+    ``data/tiny-engram`` (see its MODEL_CARD.md); the synthetic ``tiny`` checkpoint (seed 0,
+    labelled SYNTHETIC) only when that folder is missing."""
+    from .tiny_model import DEFAULT_DIR, is_tiny_lm_folder
+
+    if is_tiny_lm_folder(DEFAULT_DIR):
+        return open_checkpoint(DEFAULT_DIR)
     return synthetic_checkpoint("tiny", 0)
 
 

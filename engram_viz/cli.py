@@ -130,6 +130,20 @@ def cmd_report(args: argparse.Namespace) -> None:
     print(summary_text(report), end="")
 
 
+def cmd_train_tiny(args: argparse.Namespace) -> None:
+    from .train import TrainSettings, train_tiny
+
+    settings = TrainSettings() if args.steps is None else TrainSettings(steps=args.steps)
+    m = train_tiny(args.out, seed=args.seed, use_engram=not args.no_engram, settings=settings, progress=not args.quiet)
+    shut = m["heldout_fp8_gates_shut"]
+    print(
+        f"trained in {m['train_wall_s']:.0f} s ({m['total_wall_s']:.0f} s in all); held-out loss (nats/token): "
+        f"float {m['heldout_float']:.4f}, exported fp8 {m['heldout_fp8']:.4f}"
+        + (f", fp8 with gates forced to 0 {shut:.4f}" if shut is not None else "")
+        + f"; wrote {args.out}"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="engram-viz", description="Look inside the Engram memory of DeepSeek-V4.1-Flash.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -189,6 +203,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--theme", default="light", choices=["light", "dark"])
     p.add_argument("--quiet", action="store_true", help="no progress messages")
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("train-tiny", help="train the tiny Engram LM on the CPU (deterministic) and export it")
+    p.add_argument("--out", required=True, help="output folder (weights, config, metrics.json, loss_curve.png)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-engram", action="store_true", help="the same architecture without its Engram layers")
+    p.add_argument("--steps", type=int, default=None, help="training steps (default: the committed recipe)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_train_tiny)
     return parser
 
 
