@@ -28,6 +28,8 @@
 # %%
 import json
 
+from IPython.display import Image, display
+
 from engram_viz import notebook as nb
 from engram_viz.collisions import CollisionStats
 from engram_viz.config import load_config
@@ -138,4 +140,6 @@ for p in readme_files["path"]:
 (out / "paper" / "provenance.json").write_text(
     json.dumps({"model": label, "streams": trace.streams_label, "corpus": description}, indent=1, ensure_ascii=False)
 )
-readme_files
+display(readme_files)
+for p in readme_files["path"]:
+    display(Image(filename=p))

@@ -98,7 +98,8 @@ def test_gates_match_a_direct_pipeline_run(cmp, pipe):
     direct = pipe.run([A, B], exposure=False)
     for k, slot in enumerate("AB"):
         n = int(direct.lengths[k])
-        np.testing.assert_array_equal(cmp.results[slot].gates, direct.gates[k, :n].numpy())
+        # equal up to float rounding: the widget may run its forward on another number of threads
+        np.testing.assert_allclose(cmp.results[slot].gates, direct.gates[k, :n].numpy(), rtol=0, atol=1e-6)
 
 
 def test_difference_is_b_minus_a_and_causal(cmp, pipe):
