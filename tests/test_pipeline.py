@@ -139,3 +139,34 @@ def test_captured_and_callable_streams(tmp_path, tiny_config):
     assert torch.equal(cap.row_ids, call.row_ids)
     assert (types == TEXT).all()
 
+
+def test_tiny_lm_folder_runs_whole_with_its_own_streams(tmp_path, tiny_config):
+    """A tiny Engram LM folder runs as a whole model: each Engram layer reads the streams the blocks
+    before it produced, and the hooks are the model's own Engram hook points."""
+    from engram_viz.tiny_model import TinyEngramLM, TinyLMConfig, load_tiny_model, save_tiny_model
+    from engram_viz.tokenizer import get_tokenizer
+
+    tok = get_tokenizer(tiny_config)
+    raw = torch.tensor([0, *range(100, 900)])
+    torch.manual_seed(0)
+    save_tiny_model(TinyEngramLM(tiny_config, tok.token_map, raw, TinyLMConfig(vocab_rows=len(raw))), tmp_path)
+    pipe = Pipeline(tmp_path, device="cpu")
+    assert pipe.streams_mode == "model" and pipe.lm is not None
+    trace = pipe.run(TEXTS[:2] + ["The Milky Way <image:2x2> at night"], names=["engram.*.out"])
+    assert trace.streams_label.startswith("the model's own residual streams")
+    assert "tiny Engram LM" in trace.model_label
+    # the same model run directly, its Engram layers observed through their own hook points
+    lm = load_tiny_model(tmp_path, device="cpu")
+    reg = HookRegistry.from_module(lm)
+    i = 2
+    n = int(trace.lengths[i])
+    ids, types = trace.input_ids[i : i + 1, :n], trace.token_types[i : i + 1, :n]
+    _, cache = reg.run_with_cache(lambda: lm(ids, types < 0), names="engram.*.gate")
+    for layer in pipe.layer_ids:
+        torch.testing.assert_close(
+            trace.captured("gate")[layer][i : i + 1, :n], cache[f"engram.L{layer}.gate"], rtol=0, atol=1e-6
+        )
+    assert (trace.gates[i, :n][trace.is_image[i, :n]] == 0).all()
+    # asking for embedding streams opens the same folder as Engram layers only
+    proxy = Pipeline(tmp_path, device="cpu", streams="embedding")
+    assert proxy.lm is None and proxy.run(TEXTS[:1]).streams_label.startswith("embedding streams")
