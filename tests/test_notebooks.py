@@ -119,3 +119,27 @@ def test_notebook_runs_top_to_bottom_offline(path, tmp_path, monkeypatch):
             assert list(paper.glob(f"*.{suffix}")), f"no {suffix} figure exported"
         assert "not ok" in text and ", 0 not ok" in text  # every exported file passed its check
         assert (tmp_path / "figures" / "readme_tokens.png").is_file()
+
+
+def test_quickstart_runs_on_the_checkpoint_named_by_the_environment(tmp_path, monkeypatch):
+    """ENGRAM_VIZ_CHECKPOINT switches the weights: here the synthetic Engram-only checkpoint (the
+    shape a real V4.1-Flash checkpoint has: Engram layers fed by embedding streams)."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    from engram_viz.checkpoint import synthetic_checkpoint
+
+    folder = synthetic_checkpoint("tiny", 0).path
+    monkeypatch.setenv("ENGRAM_VIZ_CHECKPOINT", str(folder))
+    monkeypatch.setenv("ENGRAM_VIZ_FIGURES_DIR", str(tmp_path / "figures"))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    path = ROOT / "notebooks" / "01_quickstart.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(
+        nb, kernel_name="python3", timeout=CELL_TIMEOUT_S, resources={"metadata": {"path": str(path.parent)}}
+    ).execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    text = json.dumps(outputs)
+    assert f"checkpoint (seed 0; random weights, not trained) at {folder}" in text
+    assert "Synthetic weights" in text and "embedding streams" in text
