@@ -144,6 +144,12 @@ def cmd_train_tiny(args: argparse.Namespace) -> None:
     )
 
 
+def cmd_app(args: argparse.Namespace) -> None:
+    from .app import serve
+
+    serve(args.checkpoint, port=args.port, host=args.host)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="engram-viz", description="Look inside the Engram memory of DeepSeek-V4.1-Flash.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -211,6 +217,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=None, help="training steps (default: the committed recipe)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_train_tiny)
+
+    p = sub.add_parser("app", help="serve the prompt-comparison app as a web page (Voila) and print its URL")
+    p.add_argument("--checkpoint", default=None, help="checkpoint folder (default: $ENGRAM_VIZ_CHECKPOINT, else embedded)")
+    p.add_argument("--port", type=int, default=8866, help="TCP port (default 8866; 0: any free port)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.set_defaults(func=cmd_app)
     return parser
 
 
