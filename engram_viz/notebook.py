@@ -276,20 +276,34 @@ def stream_selectivity(
     gates: pd.DataFrame,
     patterns: Sequence[str] = PATTERN_CATEGORIES,
     controls: Sequence[str] = CONTROL_CATEGORIES,
+    *,
+    label: str | None = None,
 ) -> pd.DataFrame:
-    """Per (layer, stream): how well the gate separates text positions of prompts with multi-token
-    patterns (named entities, idioms: ``patterns`` categories) from random-token controls.
+    """Per (layer, stream): how well the gate separates multi-token-pattern positions from controls.
+
+    Two definitions: by prompt category (default: text positions of the ``patterns`` categories -
+    named entities, idioms - against those of the random-token controls), or, with ``label``, by a
+    boolean column of the frame (True = pattern, False = control, missing = left out; e.g. from
+    ``ngram_frequency``: the n-gram ending at the position is frequent in a corpus vs never seen).
 
     Returns layer, stream, mean_pattern, mean_control, difference, auc (probability that a random
-    pattern position has a higher gate than a random control position; 0.5 = no separation) and
-    rank (1 = most selective), sorted by auc descending. gates: the tidy gates frame with category.
+    pattern position has a higher gate than a random control position; 0.5 = no separation),
+    pattern_positions, control_positions and rank (1 = most selective), sorted by auc descending.
     """
     text = gates[~gates["is_image"].astype(bool)]
-    pos = text[text["category"].isin(patterns)]
-    neg = text[text["category"].isin(controls)]
+    if label is not None:
+        if label not in text.columns:
+            raise ValueError(f"the gates frame has no column {label!r}; it has {list(text.columns)}")
+        flag = text[label]
+        pos, neg = text[flag.eq(True)], text[flag.eq(False)]
+        what = f"{label} True and False"
+    else:
+        pos = text[text["category"].isin(patterns)]
+        neg = text[text["category"].isin(controls)]
+        what = f"both {list(patterns)} and {list(controls)} prompts"
     if pos.empty or neg.empty:
         raise ValueError(
-            f"stream_selectivity needs text positions of both {list(patterns)} and {list(controls)} prompts; "
+            f"stream_selectivity needs text positions of {what}; "
             f"the frame has categories {sorted(pd.unique(gates['category']))}"
         )
     rows = []
@@ -313,6 +327,32 @@ def stream_selectivity(
     out = pd.DataFrame(rows).sort_values("auc", ascending=False, ignore_index=True)
     out["rank"] = np.arange(1, len(out) + 1)
     return out
+
+
+def ngram_frequency(trace: Any, counts: Any, order: int = 3) -> pd.DataFrame:
+    """For every text position of a trace, how often the ``order``-gram ending there occurs in a
+    corpus (``counts``: an ``NgramCounts``, e.g. ``corpus_sample()[0].counts``): prompt, position,
+    ngram_count; -1 where the n-gram is blocked (it reaches before the start or onto an image)."""
+    from .ngrams import sequence_windows, window_ngrams
+
+    max_ngram = int(counts.config.engram_max_ngram_size)
+    if not 2 <= order <= max_ngram:
+        raise ValueError(f"order must be in 2..{max_ngram}, got {order}")
+    pad = int(trace.meta.get("pad_compressed", counts.pad_id))
+    recs = []
+    for i, pid in enumerate(trace.prompt_ids):
+        n = int(trace.lengths[i])
+        mask = trace.token_types[i, :n].numpy() < 0
+        c = np.where(mask, trace.compressed_ids[i, :n].numpy(), -1)
+        windows, _ = sequence_windows(c, pad, max_ngram, mask)
+        found = counts.count_of(window_ngrams(windows, order))
+        t = np.arange(n)
+        blocked = t < order - 1
+        for s in range(1, order):
+            blocked |= np.r_[np.ones(s, bool), ~mask[: n - s]] if n else blocked
+        found = np.where(blocked | ~mask, -1, found)
+        recs.append(pd.DataFrame({"prompt": pid, "position": t, "ngram_count": found}))
+    return pd.concat(recs, ignore_index=True)
 
 
 def ngram_windows_table(trace: Any, prompt: str | int = 0, tokenizer: Any = None) -> pd.DataFrame:

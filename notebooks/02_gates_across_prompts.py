@@ -21,6 +21,7 @@
 # category, layer and stream? Which stream is most selective for multi-token patterns?
 
 # %%
+import numpy as np
 from IPython.display import display
 
 from engram_viz import notebook as nb
@@ -79,16 +80,39 @@ for pid in ("en_alexander", "zh_four_inventions"):
 
 # %% [markdown]
 # ## Which stream is most selective for multi-token patterns?
-# For each (layer, stream): the AUC of its gate separating text positions of the pattern
-# categories (named entities and idioms, English and Chinese) from the random-token controls -
-# the probability that a random pattern position has the higher gate (0.5 = no separation).
+# Two ways to say which positions complete a multi-token pattern, each scored per (layer, stream)
+# by the AUC of the gate (the probability that a random pattern position has the higher gate than
+# a random control position; 0.5 = no separation):
+#
+# 1. **by prompt**: text positions of the named-entity and idiom prompts (English and Chinese)
+#    against the random-token controls;
+# 2. **by n-gram frequency**: positions whose 2-gram (the token and the one before it) occurs at
+#    least twice in a corpus sample (the default corpus: the text the trained default saw) against
+#    positions whose 2-gram never occurs there. The prompts are modern text and the sample is
+#    small, so few positions qualify: raise `ENGRAM_VIZ_CORPUS_TOKENS` for a firmer answer.
 
 # %%
-selectivity = nb.stream_selectivity(gates)
-best = selectivity.iloc[0]
+by_prompt = nb.stream_selectivity(gates)
+best = by_prompt.iloc[0]
 print(
-    f"most selective: layer {best.layer}, stream {best.stream} (AUC {best.auc:.3f}, "
+    f"by prompt: most selective layer {int(best.layer)}, stream {int(best.stream)} (AUC {best.auc:.3f}, "
     f"mean gate {best.mean_pattern:.3f} on patterns vs {best.mean_control:.3f} on random tokens)"
 )
+by_prompt.round(3)
+
+# %%
+corpus, description = nb.corpus_sample(pipe.config, tokenizer=pipe.tokenizer)
+print(description)
+freq = nb.ngram_frequency(trace, corpus.counts, order=2)
+labelled = gates.merge(freq, on=["prompt", "position"], how="left")
+labelled["frequent_2gram"] = np.where(
+    labelled["ngram_count"] >= 2, True, np.where(labelled["ngram_count"] == 0, False, None)
+)
+by_ngram = nb.stream_selectivity(labelled, label="frequent_2gram")
+best = by_ngram.iloc[0]
+print(
+    f"by n-gram frequency: most selective layer {int(best.layer)}, stream {int(best.stream)} "
+    f"(AUC {best.auc:.3f}; {int(best.pattern_positions)} frequent vs {int(best.control_positions)} unseen 2-grams)"
+)
 print(nb.provenance(trace))
-selectivity.round(3)
+by_ngram.round(3)

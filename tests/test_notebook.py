@@ -143,3 +143,30 @@ def test_export_figures_writes_checked_files(tmp_path, trace):
     assert nb.check_file(tmp_path / "broken.svg").startswith("SVG does not parse")
     assert "network" in nb.check_file(tmp_path / "remote.html")
     assert np.all(files["path"].map(lambda p: str(p).startswith(str(tmp_path))))
+
+
+def test_ngram_frequency_counts_the_ngram_ending_at_each_position(pipe, tmp_path):
+    from engram_viz.corpus import count_corpus
+
+    text = "the horse ran across the field"
+    (tmp_path / "c.txt").write_text(f"{text}\n\n{text}\n", encoding="utf-8")
+    counts = count_corpus([tmp_path / "c.txt"], pipe.config, pipe.tokenizer, progress=False).counts
+    trace = pipe.run([{"id": "same", "text": text}, {"id": "img", "text": f"<image:2x2>{text}"}])
+    freq = nb.ngram_frequency(trace, counts, order=3)
+    same = freq[freq["prompt"] == "same"].set_index("position")["ngram_count"]
+    assert (same.loc[:1] == -1).all()  # reaches before the start
+    assert (same.loc[2:] == 2).all()  # every 3-gram of the text occurs once per document
+    img = freq[freq["prompt"] == "img"].set_index("position")["ngram_count"]
+    first_text = int(trace.is_image[1].nonzero().max()) + 1
+    assert (img.loc[: first_text + 1] == -1).all() and (img.loc[first_text + 2 :] >= 0).all()
+    with pytest.raises(ValueError, match="order"):
+        nb.ngram_frequency(trace, counts, order=7)
+
+
+def test_stream_selectivity_by_a_label_column():
+    rows = [{"prompt": "p", "category": "x", "position": i, "is_image": False, "layer": 1, "stream": 0,
+             "gate": g, "flag": f} for i, (g, f) in enumerate([(0.9, True), (0.8, True), (0.1, False), (0.5, None)])]  # fmt: skip
+    sel = nb.stream_selectivity(pd.DataFrame(rows), label="flag")
+    assert sel["auc"].iloc[0] == 1.0 and sel["pattern_positions"].iloc[0] == 2 and sel["control_positions"].iloc[0] == 1
+    with pytest.raises(ValueError, match="no column"):
+        nb.stream_selectivity(pd.DataFrame(rows), label="missing")
