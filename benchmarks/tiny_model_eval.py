@@ -12,7 +12,9 @@ and measures on the committed weights (``data/tiny-engram``, the exported fp8 mo
   per seed, against the spread over seeds and against the no-Engram architecture;
 - gate statistics on held-out positions grouped by how often their n-gram (the compressed
   trigram ending there) occurs in the training stream: often (>= 50), rare (1-4), unseen (0),
-  and on random-token control sequences (tokens drawn uniformly from the model's vocabulary).
+  and on random-token control sequences (tokens drawn uniformly from the model's vocabulary);
+  per group also the next-token loss the open gates save there (gates forced to 0 minus open,
+  both Engram layers together).
 
 Usage: ``python benchmarks/tiny_model_eval.py --runs out/tiny-runs [--card data/tiny-engram/MODEL_CARD.md]``
 (prints the section; ``--card`` also replaces the text between the card's eval markers).
@@ -23,12 +25,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from engram_viz.tiny_model import DEFAULT_DIR, load_tiny_model
+from engram_viz.tiny_model import DEFAULT_DIR, gates_forced, load_tiny_model
 from engram_viz.train import TrainSettings, build_corpus, heldout_windows
 
 BEGIN, END = "<!-- eval:begin -->", "<!-- eval:end -->"
@@ -63,6 +66,17 @@ def gate_table(model, corpus, seq_len: int, n: int = 3, seed: int = 0) -> list[d
     controls = vocab[torch.randint(0, len(vocab), windows.shape, generator=g)]
     groups: dict[str, dict[int, list[np.ndarray]]] = {}
     layers = [int(k) for k in model.engrams]
+    full = heldout_windows(corpus.heldout, seq_len)
+    target = model.index_ids(full[:, 1:])
+    nll = {}
+    for shut in (False, True):
+        parts = []
+        with gates_forced(model, 0.0) if shut else nullcontext():
+            for i in range(0, len(full), 64):
+                logp = model(full[i : i + 64, :-1]).log_softmax(-1)
+                parts.append(-logp.gather(-1, target[i : i + 64, :, None])[..., 0])
+        nll[shut] = torch.cat(parts).numpy()
+    gain = nll[True] - nll[False]  # [N, T]: nats the open gates save at each held-out position
     for name, data in (("held-out", windows), ("random tokens", controls)):
         gates: dict[int, list[torch.Tensor]] = {k: [] for k in layers}
         handles = [
@@ -93,14 +107,17 @@ def gate_table(model, corpus, seq_len: int, n: int = 3, seed: int = 0) -> list[d
         }
         for label, m in masks.items():
             groups[label] = {k: [gl[k][m]] for k in layers}
+            groups[label]["gain"] = [gain[m]]
     rows = []
     for label, per_layer in groups.items():
         for k in layers:
             x = np.concatenate(per_layer[k])
+            g = per_layer.get("gain")
             rows.append(
                 {
                     "group": label,
                     "layer": k,
+                    "gain": float(np.concatenate(g).mean()) if g else None,
                     "positions": int(x.size),
                     "mean": float(x.mean()),
                     "median": float(np.median(x)),
@@ -181,12 +198,13 @@ def build_section(runs: Path, model_dir: Path) -> str:
     torch.set_num_threads(settings.threads)
     rows = gate_table(model, corpus, settings.seq_len)
     lines += ["", "### Gates of the committed model (mean over the 4 streams, per position)", ""]
-    lines.append("| positions | layer | n | mean gate | median | p10 | p90 |")
-    lines.append("|---|---|---|---|---|---|---|")
+    lines.append("| positions | layer | n | mean gate | median | p10 | p90 | loss saved by open gates (nats, mean) |")
+    lines.append("|---|---|---|---|---|---|---|---|")
     for r in rows:
+        gain = "-" if r["gain"] is None else f"{r['gain']:+.3f}"
         lines.append(
             f"| {r['group']} | {r['layer']} | {r['positions']:,} | {r['mean']:.3f} | {r['median']:.3f} | "
-            f"{r['p10']:.3f} | {r['p90']:.3f} |"
+            f"{r['p10']:.3f} | {r['p90']:.3f} | {gain} |"
         )
     return "\n".join(lines)
 
