@@ -351,7 +351,34 @@ def difference_html(
     parts, k = [], 0
     biggest = (0.0, None)
     changed = 0
-    for i, j, kind in pairs:
+
+    def in_image_run(pair: tuple[int | None, int | None, str]) -> bool:
+        """B image position paired with an A image position or nothing; or an A image position deleted."""
+        pi, pj, _ = pair
+        if pj is not None:
+            return bool(b.is_image[pj]) and (pi is None or bool(a.is_image[pi]))
+        return pi is not None and bool(a.is_image[pi])
+
+    idx = 0
+    while idx < len(pairs):
+        i, j, kind = pairs[idx]
+        idx += 1
+        if j is not None and in_image_run((i, j, kind)):  # one grey chip per image span (gates 0 in both)
+            js = [j]
+            k += i is not None
+            while idx < len(pairs) and in_image_run(pairs[idx]):
+                pi, pj, _ = pairs[idx]
+                if pj is not None:
+                    js.append(pj)
+                    k += pi is not None
+                idx += 1
+            tip = f"image span: {lb} positions {min(js)}-{max(js)} ({len(js)} tokens); gates 0 (masked) in both"
+            parts.append(
+                f'<span class="ev-img" title="{html.escape(tip, quote=True)}" style="background:{t.image};'
+                f'color:{t.muted};font-style:italic;padding:0.15em 0.08em;margin-right:1px;border-radius:2px">'
+                f"[image \u00d7{len(js)}]</span>"
+            )
+            continue
         if j is None:  # deleted from A
             parts.append(
                 f'<span class="ev-del" title="{html.escape(f"only in {la}: {a.pieces[i]!r} (position {i})", quote=True)}"'

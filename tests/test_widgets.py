@@ -299,3 +299,11 @@ def test_gates_frame_uses_slot_names(cmp):
     frame = cmp.gates_frame()
     assert set(frame["prompt"]) == {"A", "B"}
     assert isinstance(frame, pd.DataFrame) and not math.isnan(frame["gate"].sum())
+
+
+def test_difference_view_collapses_image_spans(cmp):
+    cmp.set_prompts("A photo <image:4x3> of a cat.", "A photo <image:4x3> of a dog.")
+    panel = cmp.panels["diff B-A"]
+    assert panel.count('class="ev-img"') == 1 and "[image \u00d717]" in panel
+    assert "&lt;img" not in panel.split("ev-img", 1)[1].split("</span>", 1)[1][:200]
+    assert cmp.summaries["diff B-A"]["aligned"] == len(cmp.results["B"].input_ids)
