@@ -12,6 +12,7 @@ import re
 import secrets
 import shutil
 import time
+import urllib.request
 
 import pytest
 from browser_helpers import (
@@ -50,7 +51,7 @@ def browser():
 @pytest.fixture()
 def page(browser):
     """A fresh page whose every request is checked: loopback only (asserted after the test)."""
-    context = browser.new_context(viewport={"width": 1400, "height": 1000}, service_workers="block")
+    context = browser.new_context(viewport={"width": 1400, "height": 1300}, service_workers="block")
     context.set_default_timeout(LOAD_S * 1000)
     guard = OfflineGuard(context)
     pg = context.new_page()
@@ -94,7 +95,7 @@ def _inject_lone_surrogate(page, index: int) -> None:
 # --------------------------------------------------------------------------------- JupyterLab
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture()
 def lab(tmp_path_factory):
     import jupyterlab
 
@@ -208,6 +209,15 @@ def app(tmp_path_factory):
     yield {"url": url, "server": server}
     rc = server.stop()
     assert rc is not None, "engram-viz app did not stop"
+
+
+def test_app_needs_the_token_it_printed(app):
+    """Voila runs a kernel per page: without the printed token the server sends to its login page."""
+    base = app["url"].split("?", 1)[0]
+    assert "?token=" in app["url"]
+    for path in ("", "api/kernels"):
+        with urllib.request.urlopen(base + path, timeout=60) as r:
+            assert "/login" in r.url, (path, r.url)
 
 
 def _open_app(page, app) -> dict:
