@@ -16,7 +16,8 @@ server that sent it. ``tests/test_browser.py`` checks that in Chromium.
 
 **Access.** The server binds ``host`` (127.0.0.1 unless told otherwise) and, unless ``token=''``,
 requires a random token that is part of the URL it prints: a Voila page runs a kernel, so other
-users of a shared machine should not reach it. ``port=0`` takes any free port.
+users of a shared machine should not reach it; its kernels talk to it over unix sockets in a
+private folder, not TCP ports. ``port=0`` takes any free port.
 
 What the server needs on disk (the notebook, the page template and a kernel spec that runs this
 interpreter) is written to a temporary folder that is removed when the server stops.
