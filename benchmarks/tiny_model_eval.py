@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from engram_viz.tiny_model import DEFAULT_DIR, gates_forced, load_tiny_model
+from engram_viz.tiny_model import DEFAULT_DIR, ENGRAM_SHARD, LM_SHARD, gates_forced, load_tiny_model
 from engram_viz.train import TrainSettings, build_corpus, heldout_windows
 
 BEGIN, END = "<!-- eval:begin -->", "<!-- eval:end -->"
@@ -132,6 +132,14 @@ def _spread(xs: list[float]) -> tuple[float, float, float]:
     return statistics.mean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0), max(xs) - min(xs)
 
 
+def _runs(eng: dict, noe: dict, re_run: dict | None) -> list[tuple[str, dict | None]]:
+    return [
+        *((f"engram-s{s}", m) for s, m in eng.items()),
+        *((f"noengram-s{s}", m) for s, m in noe.items()),
+        ("retrain-s0", re_run),
+    ]
+
+
 def build_section(runs: Path, model_dir: Path) -> str:
     eng = {s: _metrics(runs / f"engram-s{s}") for s in range(3)}
     noe = {s: _metrics(runs / f"noengram-s{s}") for s in range(3)}
@@ -184,13 +192,21 @@ def build_section(runs: Path, model_dir: Path) -> str:
         )
     if re_run:
         a, b = committed["heldout_fp8"], re_run["heldout_fp8"]
+        same = all(
+            (runs / "retrain-s0" / f).read_bytes() == (model_dir / f).read_bytes() for f in (LM_SHARD, ENGRAM_SHARD)
+        )
         lines.append(
             f"- Reproduction: the committed weights score {a:.4f}; retraining with the committed command "
-            f"scored {b:.4f}, a relative difference of {abs(b - a) / a * 100:.3f}% (bound: 2%)."
+            f"scored {b:.4f}, a relative difference of {abs(b - a) / a * 100:.3f}% (bound: 2%)"
+            + ("; the retrained shards are byte-identical to the committed ones." if same else ".")
         )
-    walls = [m["train_wall_s"] for m in [*eng.values(), *noe.values(), re_run] if m]
+    walls = {name: m["train_wall_s"] for name, m in _runs(eng, noe, re_run) if m}
     if walls:
-        lines.append(f"- Training wall time per run (2 threads, shared machine): {min(walls):.0f}-{max(walls):.0f} s.")
+        lines.append(
+            "- Training wall time (1 thread each, shared 2-core machine, other jobs running): "
+            + ", ".join(f"{k} {v:.0f} s" for k, v in walls.items())
+            + ". engram-s0 ran alone; the other six ran at the same time, so each got a fraction of a core."
+        )
 
     settings = TrainSettings(**committed["settings"])
     corpus = build_corpus()
