@@ -15,14 +15,19 @@ The Engram modules are :class:`engram_viz.engram.Engram` unchanged; during train
 is a :class:`TrainableTable` (float32 rows, same ``row_ids -> rows`` interface as the fp8 tables);
 the exported checkpoint stores it as fp8 e4m3 + e8m0 scales under the real checkpoint's names.
 
-The vocabulary is restricted to the raw ids seen (at least twice) in the training corpus, so the
-token embedding stays small (``tiny.embed.raw_ids`` lists them; row 0 is the unknown token).
+The vocabulary is restricted to the 4,095 commonest raw ids of the training split, so the token
+embedding stays small (``tiny.embed.raw_ids`` lists them; row 0 is the unknown token).
+
+On disk (``save_tiny_model`` / ``load_tiny_model``): ``config.json`` (the Engram config plus a
+``tiny_lm`` section), an HF-style index and two shards - the Engram tensors under the real
+checkpoint's names and dtypes, the LM's own bf16 tensors under ``tiny.``. Such a folder also opens
+as a suite ``Checkpoint`` (``checkpoint.open_checkpoint``; its token embedding is
+:func:`compact_token_embedding`), and ``data/tiny-engram`` is ``checkpoint.default_checkpoint()``.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -216,10 +221,6 @@ def write_json(path: Path, obj: dict) -> None:
     tmp.replace(path)
 
 
-def log_softmax_nats_to_bits(x: float) -> float:
-    return x / math.log(2)
-
-
 @contextmanager
 def gates_forced(model: TinyEngramLM, value: float = 0.0):
     """Within the block, every Engram gate of ``model`` is replaced by ``value`` through the
@@ -292,19 +293,6 @@ def save_tiny_model(model: TinyEngramLM, out: str | Path, extra_config: dict | N
     return [*written, out / INDEX_FILE, out / "config.json"]
 
 
-class _Fp8Rows:
-    """fp8 rows + e8m0 scales -> bf16 rows (the reference lookup); used only when table.py lacks one."""
-
-    def __init__(self, weight: torch.Tensor, scale: torch.Tensor):
-        self.weight, self.scale = weight, scale
-        self.num_rows, self.head_dim = weight.shape
-
-    def __call__(self, row_ids: torch.Tensor) -> torch.Tensor:
-        from .fp8 import dequantize_rows
-
-        return dequantize_rows(self.weight[row_ids], self.scale[row_ids])
-
-
 def _read_folder(path: Path) -> tuple[dict, dict[str, torch.Tensor]]:
     from safetensors.torch import load_file
 
@@ -341,13 +329,16 @@ def load_tiny_model(
     lm = TinyLMConfig(**raw["tiny_lm"])
     engrams = {}
     if lm.use_engram:
-        from types import SimpleNamespace
+        from .checkpoint import EngramWeights
+        from .table import InMemoryTable
 
         for layer_id in config.engram_layer_ids:
             p = f"layers.{layer_id}.engram."
-            w = SimpleNamespace(
+            w = EngramWeights(
                 layer_id=layer_id,
-                table=_Fp8Rows(tensors[p + "embed.weight"], tensors[p + "embed.scale"]),
+                table=InMemoryTable(
+                    tensors[p + "embed.weight"], tensors[p + "embed.scale"], label=f"table {p}embed of {path}"
+                ),
                 wkv_weight=tensors[p + "wkv.weight"],
                 wkv_scale=tensors[p + "wkv.scale"],
                 q_weight=tensors[p + "q_weight"],
