@@ -44,7 +44,7 @@ from pathlib import Path
 import torch
 
 from . import fp8
-from .config import CONFIG_DIR, FP8_BLOCK_SIZE, PRESETS, ConfigError, EngramConfig, load_config
+from .config import CONFIG_DIR, FP8_BLOCK_SIZE, PRESETS, ConfigError, EngramConfig, load_config, match_preset
 from .table import (
     TORCH_TO_SAFETENSORS,
     CheckpointError,
@@ -445,17 +445,7 @@ def _resolve_config(scan: CheckpointScan, config) -> EngramConfig:
         cfg = load_config(scan.config_path)
     except ConfigError as err:
         raise CheckpointError(f"checkpoint {scan.path}: {err}") from None
-    return _match_preset(cfg)
-
-
-def _match_preset(cfg: EngramConfig) -> EngramConfig:
-    """A folder config equal to a preset in every field but the name becomes that preset."""
-    mine = {k: v for k, v in cfg.to_dict().items() if k != "name"}
-    for name in PRESETS:
-        preset = load_config(name)
-        if {k: v for k, v in preset.to_dict().items() if k != "name"} == mine:
-            return preset
-    return cfg
+    return match_preset(cfg)
 
 
 def _check_entry(

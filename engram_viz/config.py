@@ -127,6 +127,17 @@ def _checked(name: str, field: str, kind: str, value: object) -> object:
     raise ConfigError(f"config {name!r}: {field}={value!r} must be {expected}")
 
 
+def match_preset(config: EngramConfig) -> EngramConfig:
+    """A config equal to a preset in every field but its name becomes that preset (so a folder's
+    ``config.json`` copied from ``tiny`` reads as ``tiny``, not as a path)."""
+    mine = {k: v for k, v in config.to_dict().items() if k != "name"}
+    for name in PRESETS:
+        preset = load_config(name)
+        if {k: v for k, v in preset.to_dict().items() if k != "name"} == mine:
+            return preset
+    return config
+
+
 def load_config(name_or_path: str | Path | EngramConfig = "tiny") -> EngramConfig:
     """A preset name (``v41-flash``, ``tiny``), a ``config.json`` path or a checkpoint folder."""
     if isinstance(name_or_path, EngramConfig):

@@ -69,8 +69,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import fp8
+from .checkpoint import expected_tensors
 from .config import EngramConfig, load_config
 from .hooks import HookPoint, hook_points
+from .table import SAFETENSORS_DTYPES
 
 WKV_MODES = ("fp8", "bf16", "float32")
 HOOK_SITES = ("token_mask", "hash_ids", "rows", "key", "value", "dot", "gate", "out")
@@ -90,16 +92,11 @@ def tensor_shapes(config: EngramConfig | str, layer_id: int) -> dict[str, tuple[
     config = load_config(config)
     if layer_id not in config.engram_layer_ids:
         raise ValueError(f"layer {layer_id} is not an Engram layer; expected one of {list(config.engram_layer_ids)}")
-    rows = config.engram_num_embeddings[config.engram_layer_ids.index(layer_id)]
-    hd, blk = config.engram_head_dim, fp8.BLOCK
-    n, k = config.dim * (config.hc_mult + 1), config.n_hash_cols * hd
+    prefix = f"layers.{layer_id}.engram."
     return {
-        "embed.weight": ((rows, hd), torch.float8_e4m3fn),
-        "embed.scale": ((rows, hd // blk), torch.float8_e8m0fnu),
-        "wkv.weight": ((n, k), torch.float8_e4m3fn),
-        "wkv.scale": ((-(-n // blk), -(-k // blk)), torch.float8_e8m0fnu),
-        "q_weight": ((config.hc_mult, config.dim), torch.bfloat16),
-        "k_weight": ((config.hc_mult, config.dim), torch.bfloat16),
+        name.removeprefix(prefix): (shape, SAFETENSORS_DTYPES[dtype][0])
+        for name, (dtype, shape) in expected_tensors(config).items()
+        if name.startswith(prefix)
     }
 
 

@@ -27,7 +27,6 @@ exposure of every position within the run's own prompts (``collisions.CollisionS
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +39,7 @@ from .capture import DEFAULT_NAMES, ActivationCache, HookFn, HookRegistry
 from .config import TEXT, EngramConfig
 from .engram import Engram, default_device
 from .hashing import hash_prompt
+from .tiny_model import DEFAULT_DIR, checkpoint_label, is_tiny_lm_folder, load_tiny_model
 from .trace import Trace, trace_from_cache
 
 StreamsFn = Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
@@ -74,27 +74,10 @@ def _prompt_fields(p: Any, i: int) -> tuple[str, str, str | None, Any, Any]:
     return str(_get(p, "id", f"p{i}")), str(_get(p, "category", "") or ""), text, ids, _get(p, "token_types")
 
 
-def _is_tiny_lm_folder(path: Path | None) -> bool:
-    if path is None:
-        return False
-    cfg = Path(path) / "config.json"
-    if not cfg.is_file():
-        return False
-    try:
-        return "tiny_lm" in json.loads(cfg.read_text())
-    except (OSError, json.JSONDecodeError):
-        return False
-
-
 def _default_weights() -> Any:
     """The embedded default: the trained tiny Engram LM when present, else ``default_checkpoint()``."""
-    try:
-        from .tiny_model import DEFAULT_DIR
-
-        if _is_tiny_lm_folder(DEFAULT_DIR):
-            return DEFAULT_DIR
-    except ImportError:
-        pass
+    if is_tiny_lm_folder(DEFAULT_DIR):
+        return DEFAULT_DIR
     from .checkpoint import default_checkpoint
 
     return default_checkpoint()
@@ -130,7 +113,7 @@ class Pipeline:
             if not path.exists():
                 raise FileNotFoundError(f"checkpoint {path} does not exist; expected a checkpoint folder")
             folder = path if path.is_dir() else path.parent
-            if _is_tiny_lm_folder(folder) and whole_model:
+            if is_tiny_lm_folder(folder) and whole_model:
                 self._load_tiny_lm(folder)
             else:
                 from .checkpoint import open_checkpoint
@@ -138,7 +121,7 @@ class Pipeline:
                 checkpoint = open_checkpoint(path)
         if self.lm is None:
             folder = getattr(checkpoint, "path", None)
-            if _is_tiny_lm_folder(folder) and whole_model:  # a tiny LM runs whole: its own streams
+            if is_tiny_lm_folder(folder) and whole_model:  # a tiny LM runs whole: its own streams
                 self._load_tiny_lm(Path(folder))
             else:  # Engram layers only (a tiny LM too, when other streams are asked for)
                 self._load_checkpoint(checkpoint)
@@ -147,19 +130,13 @@ class Pipeline:
     # -- set-up -----------------------------------------------------------------------------------
 
     def _load_tiny_lm(self, folder: Path) -> None:
-        from .tiny_model import load_tiny_model
         from .tokenizer import get_tokenizer
 
         self.lm = load_tiny_model(folder, mode=self.mode, device=self.device)
         self.config: EngramConfig = self.lm.config
         self.tokenizer = get_tokenizer(self.config)
         self.engrams: dict[int, Engram] = {int(k): e for k, e in self.lm.engrams.items()}
-        try:
-            from .tiny_model import checkpoint_label
-
-            self.model_label = checkpoint_label(folder)
-        except ImportError:  # pragma: no cover - older tiny_model
-            self.model_label = f"tiny Engram LM, trained weights from {folder}"
+        self.model_label = checkpoint_label(folder)
         self.registry = HookRegistry.from_module(self.lm)
 
     def _load_checkpoint(self, checkpoint: Any) -> None:

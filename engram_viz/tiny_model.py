@@ -320,12 +320,12 @@ def load_tiny_model(
 
     The Engram layers are built with ``Engram.from_weights`` from the fp8 tensors (``mode`` is the
     wkv mode, ``fp8`` as the reference); the LM's bf16 tensors compute in float32."""
-    from .config import EngramConfig
+    from .config import EngramConfig, match_preset
     from .tokenizer import get_tokenizer
 
     path = Path(path) if path is not None else DEFAULT_DIR
     raw, tensors = _read_folder(path)
-    config = EngramConfig.from_dict(raw, name=str(path))
+    config = match_preset(EngramConfig.from_dict(raw, name=path.name))
     lm = TinyLMConfig(**raw["tiny_lm"])
     engrams = {}
     if lm.use_engram:
