@@ -32,6 +32,7 @@ import io
 import json
 import os
 import platform
+import re
 import tempfile
 import warnings
 from collections.abc import Callable, Sequence
@@ -293,7 +294,29 @@ def _provenance_html(prov: dict[str, Any]) -> str:
             '<div class="warn"><b>Proxy streams.</b> Each Engram layer read the token-embedding streams '
             "(the true input of layer 0), not the streams its preceding blocks would produce.</div>"
         )
+    if prov.get("missing_glyphs"):
+        warn += (
+            '<div class="warn"><b>Missing glyphs.</b> No installed font has these characters, so the PNG/SVG '
+            f"figures draw them as boxes (the HTML token views are unaffected): {html.escape(', '.join(prov['missing_glyphs']))}"
+            "</div>"
+        )
     return f'<dl class="prov">{rows}</dl>{warn}'
+
+
+_GLYPH_RE = re.compile(r"Glyph \d+ \((.+?)\) missing from font")
+
+
+def _missing_glyphs(caught: list[warnings.WarningMessage]) -> list[str]:
+    """Matplotlib's missing-glyph warnings, one name each (e.g. from random-token controls in
+    scripts no installed font covers); every other warning is shown again as usual."""
+    names: dict[str, None] = {}
+    for w in caught:
+        found = _GLYPH_RE.search(str(w.message))
+        if found:
+            names[found.group(1)] = None
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return list(names)
 
 
 def render_html(
@@ -437,12 +460,17 @@ def write_report(
 
     say("drawing figures")
     figures: dict[str, tuple[list[Path], str, str]] = {}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # e.g. a missing CJK font is reported by the plots module
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         for name, (make, title, caption) in _figures(trace, frames, usage, pipe.config, theme).items():
             fig = make()
             figures[name] = (export_all(fig, out / "figures" / name, FIGURE_FORMATS), title, caption)
             del fig
+    missing_glyphs = _missing_glyphs(caught)
+    if missing_glyphs:
+        say(
+            f"figures draw {len(missing_glyphs)} characters as boxes (no installed font has them): {', '.join(missing_glyphs)}"
+        )
 
     from .plots.tokens import token_html
 
@@ -472,6 +500,7 @@ def write_report(
         "torch": torch.__version__,
         "python": platform.python_version(),
         "created": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "missing_glyphs": missing_glyphs,
     }
     manifest = {
         "provenance": prov,

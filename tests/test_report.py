@@ -118,3 +118,20 @@ def test_custom_prompts_and_errors(tmp_path, capsys):
     assert not (out2 / "report.html").exists()
     assert main(["report", "--checkpoint", str(tmp_path / "nope"), "--out", str(out2), "--quiet"]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_missing_glyphs_are_named_once_and_other_warnings_pass_through():
+    import warnings
+
+    from engram_viz.report import _missing_glyphs
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            warnings.warn("Glyph 2340 (\\N{DEVANAGARI LETTER TA}) missing from font(s) DejaVu Sans.", UserWarning)
+        warnings.warn("something else", UserWarning)
+    with warnings.catch_warnings(record=True) as again:
+        warnings.simplefilter("always")
+        names = _missing_glyphs(caught)
+    assert names == ["\\N{DEVANAGARI LETTER TA}"]
+    assert [str(w.message) for w in again] == ["something else"]
