@@ -40,7 +40,7 @@ from engram_viz.plots import (
     touched_rows_map,
 )
 from engram_viz.plots import style as style_module
-from engram_viz.plots.frames import gate_table, reduce_streams
+from engram_viz.plots.frames import COLLISION_COLUMNS, COVERAGE_COLUMNS, gate_table, reduce_streams
 from engram_viz.plots.paper import _bin_sizes
 
 PROMPTS = {
@@ -119,21 +119,8 @@ def build_tables(rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.Dat
                         prime - prime * q**k - k * q ** (k - 1),
                     )
                 )
-    coverage = pd.DataFrame(cov, columns=["layer", "order", "head", "prime", "touched", "coverage"])
-    collisions = pd.DataFrame(
-        col,
-        columns=[
-            "layer",
-            "order",
-            "head",
-            "prime",
-            "distinct",
-            "occupied",
-            "colliding_buckets",
-            "expected_occupied",
-            "expected_colliding",
-        ],
-    )
+    coverage = pd.DataFrame(cov, columns=list(COVERAGE_COLUMNS))
+    collisions = pd.DataFrame(col, columns=list(COLLISION_COLUMNS))
     return usage, coverage, collisions
 
 
