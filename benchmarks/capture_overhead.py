@@ -35,9 +35,9 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engram_viz.capture import DEFAULT_NAMES, HookRegistry
-from engram_viz.checkpoint import synthetic_checkpoint
-from engram_viz.engram import Engram
+from engram_viz.core.engram import Engram
+from engram_viz.run.capture import DEFAULT_NAMES, HookRegistry
+from engram_viz.weights.checkpoint import synthetic_checkpoint
 
 
 def _sync(device: torch.device) -> None:
@@ -108,7 +108,7 @@ def attach_case(reps: int) -> list:
     sys.path.insert(0, str(ROOT / "tests"))
     from reference_model import build, example_batch
 
-    from engram_viz.attach import attach
+    from engram_viz.run.attach import attach
 
     model = build("tiny")
     ids, types = example_batch("tiny")

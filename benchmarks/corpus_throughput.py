@@ -36,13 +36,13 @@ from pathlib import Path
 
 import numpy as np
 
-from engram_viz.collisions import CollisionStats, analyse_together
+from engram_viz.analysis.collisions import CollisionStats, analyse_together
+from engram_viz.analysis.corpus import default_corpus_files, iter_documents
+from engram_viz.analysis.ngrams import DEAD, NgramCounts, StreamWindows, rows_from_windows
+from engram_viz.analysis.usage import RowUsage
 from engram_viz.config import load_config
-from engram_viz.corpus import default_corpus_files, iter_documents
-from engram_viz.layout import EngramLayout
-from engram_viz.ngrams import DEAD, NgramCounts, StreamWindows, rows_from_windows
-from engram_viz.tokenizer import BOS_ID, get_tokenizer
-from engram_viz.usage import RowUsage
+from engram_viz.core.layout import EngramLayout
+from engram_viz.core.tokenizer import BOS_ID, get_tokenizer
 
 CHUNK = 1_000_000
 ROUNDS = 3

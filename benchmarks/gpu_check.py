@@ -30,10 +30,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engram_viz import fp8
 from engram_viz.config import IMAGE, IMAGE_END, IMAGE_NEWLINE, IMAGE_START, TEXT, load_config
-from engram_viz.engram import CPU_CUDA_DOT_ATOL, CPU_CUDA_GATE_ATOL, CPU_CUDA_GATE_P99, Engram
-from engram_viz.hashing import hash_prompt
+from engram_viz.core import fp8
+from engram_viz.core.engram import CPU_CUDA_DOT_ATOL, CPU_CUDA_GATE_ATOL, CPU_CUDA_GATE_P99, Engram
+from engram_viz.core.hashing import hash_prompt
 
 PEAK_BW = 4.8e12  # bytes/s, H200 HBM3e
 PEAK_BF16 = 989e12  # FLOP/s, dense
@@ -44,14 +44,14 @@ def load_weights(config, layer: int, seed: int):
     """(EngramWeights, token-embedding rows fn, label): the synthetic checkpoint when available,
     else a ProceduralTable with wkv / q / k generated here."""
     try:
-        from engram_viz.checkpoint import synthetic_checkpoint
+        from engram_viz.weights.checkpoint import synthetic_checkpoint
 
         ckpt = synthetic_checkpoint(config, seed)
         return ckpt.layer(layer), ckpt.embed.rows, ckpt.label
     except ImportError:
         from types import SimpleNamespace
 
-        from engram_viz.table import ProceduralTable
+        from engram_viz.weights.table import ProceduralTable
 
         g = torch.Generator().manual_seed(seed)
         n, k = config.dim * (config.hc_mult + 1), config.n_hash_cols * config.engram_head_dim

@@ -29,7 +29,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engram_viz.table import InMemoryTable, LazyTable, create_sparse_safetensors, read_tensor
+from engram_viz.weights.table import InMemoryTable, LazyTable, create_sparse_safetensors, read_tensor
 
 HEAD_DIM, V41_ROWS = 256, 384_016_682
 W, S = "layers.14.engram.embed.weight", "layers.14.engram.embed.scale"

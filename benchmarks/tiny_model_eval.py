@@ -31,8 +31,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from engram_viz.tiny_model import DEFAULT_DIR, ENGRAM_SHARD, LM_SHARD, gates_forced, load_tiny_model
-from engram_viz.train import TrainSettings, build_corpus, heldout_windows
+from engram_viz.tiny.model import DEFAULT_DIR, ENGRAM_SHARD, LM_SHARD, gates_forced, load_tiny_model
+from engram_viz.tiny.train import TrainSettings, build_corpus, heldout_windows
 
 BEGIN, END = "<!-- eval:begin -->", "<!-- eval:end -->"
 OFTEN, RARE = 50, (1, 4)

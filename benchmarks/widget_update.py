@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch
 
-from engram_viz.widgets import PromptComparison, pipeline_from_env
+from engram_viz.apps.widgets import PromptComparison, pipeline_from_env
 
 WORDS = [
     "the",

@@ -10,8 +10,8 @@ import sys
 import numpy as np
 import torch
 
-from .config import load_config
-from .layout import EngramLayout
+from engram_viz.config import load_config
+from engram_viz.core.layout import EngramLayout
 
 
 def _config_arg(p: argparse.ArgumentParser) -> None:
@@ -37,8 +37,8 @@ def cmd_layout(args: argparse.Namespace) -> None:
 
 
 def cmd_hash(args: argparse.Namespace) -> None:
-    from .hashing import hash_prompt
-    from .tokenizer import get_tokenizer
+    from engram_viz.core.hashing import hash_prompt
+    from engram_viz.core.tokenizer import get_tokenizer
 
     config = load_config(args.config)
     tok = get_tokenizer(config, args.tokenizer)
@@ -51,7 +51,9 @@ def cmd_hash(args: argparse.Namespace) -> None:
         print(json.dumps(out))
         return
     pieces = tok.pieces(raw)
-    print(f"config {config.name}: {len(raw)} tokens, row ids [T={len(raw)}, layers={config.n_engram_layers}, {config.n_hash_cols}]")
+    print(
+        f"config {config.name}: {len(raw)} tokens, row ids [T={len(raw)}, layers={config.n_engram_layers}, {config.n_hash_cols}]"
+    )
     for t, (r, c, piece) in enumerate(zip(raw, out["compressed_ids"], pieces)):
         print(f"{t:>4} {piece!r:>16} raw {r:>6} compressed {c:>6}")
         for li, layer in enumerate(config.engram_layer_ids):
@@ -59,7 +61,7 @@ def cmd_hash(args: argparse.Namespace) -> None:
 
 
 def cmd_params(args: argparse.Namespace) -> None:
-    from .engram import param_counts
+    from engram_viz.core.engram import param_counts
 
     config = load_config(args.config)
     counts = param_counts(config)
@@ -77,8 +79,8 @@ def cmd_params(args: argparse.Namespace) -> None:
 
 
 def cmd_corpus(args: argparse.Namespace) -> None:
-    from .corpus import run_corpus
-    from .tokenizer import get_tokenizer
+    from engram_viz.analysis.corpus import run_corpus
+    from engram_viz.core.tokenizer import get_tokenizer
 
     config = load_config(args.config)
     result = run_corpus(
@@ -104,7 +106,7 @@ def cmd_corpus(args: argparse.Namespace) -> None:
 
 
 def cmd_inspect(args: argparse.Namespace) -> None:
-    from .checkpoint import format_inspect, inspect_checkpoint
+    from engram_viz.weights.checkpoint import format_inspect, inspect_checkpoint
 
     report = inspect_checkpoint(args.checkpoint, args.config)
     print(json.dumps(report) if args.json else format_inspect(report))
@@ -113,7 +115,7 @@ def cmd_inspect(args: argparse.Namespace) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> None:
-    from .report import summary_text, write_report
+    from engram_viz.apps.report import summary_text, write_report
 
     def log(msg: str) -> None:
         print(f"engram-viz report: {msg}", file=sys.stderr, flush=True)
@@ -132,7 +134,7 @@ def cmd_report(args: argparse.Namespace) -> None:
 
 
 def cmd_train_tiny(args: argparse.Namespace) -> None:
-    from .train import TrainSettings, train_tiny
+    from engram_viz.tiny.train import TrainSettings, train_tiny
 
     settings = TrainSettings() if args.steps is None else TrainSettings(steps=args.steps)
     m = train_tiny(args.out, seed=args.seed, use_engram=not args.no_engram, settings=settings, progress=not args.quiet)
@@ -146,13 +148,15 @@ def cmd_train_tiny(args: argparse.Namespace) -> None:
 
 
 def cmd_app(args: argparse.Namespace) -> None:
-    from .app import serve
+    from engram_viz.apps.app import serve
 
     serve(args.checkpoint, port=args.port, host=args.host)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="engram-viz", description="Look inside the Engram memory of DeepSeek-V4.1-Flash.")
+    parser = argparse.ArgumentParser(
+        prog="engram-viz", description="Look inside the Engram memory of DeepSeek-V4.1-Flash."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("layout", help="multipliers, primes, offsets and rows per layer")
@@ -163,7 +167,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("hash", help="tokenize TEXT and print raw, compressed and row ids")
     p.add_argument("text")
     _config_arg(p)
-    p.add_argument("--tokenizer", default=None, help="tokenizer.json or checkpoint folder (default: bundled V4 tokenizer)")
+    p.add_argument(
+        "--tokenizer", default=None, help="tokenizer.json or checkpoint folder (default: bundled V4 tokenizer)"
+    )
     p.add_argument("--bos", action="store_true", help="prepend the BOS token")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_hash)
@@ -184,17 +190,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser("corpus", help="row usage and hash collisions over text/JSONL files -> tidy tables")
-    p.add_argument("files", nargs="*", metavar="FILE",
-                   help="text or JSONL files (.gz read transparently); none: the default Debian corpus "
-                        "(bible-kjv-text + debian-reference-zh-cn)")
+    p.add_argument(
+        "files",
+        nargs="*",
+        metavar="FILE",
+        help="text or JSONL files (.gz read transparently); none: the default Debian corpus "
+        "(bible-kjv-text + debian-reference-zh-cn)",
+    )
     p.add_argument("--out", required=True, help="output folder for the tables and summary.json")
     _config_arg(p)
     p.add_argument("--max-tokens", type=int, default=None, help="stop after N tokens")
     p.add_argument("--text-field", default="text", help="JSONL field holding the text (default: text)")
-    p.add_argument("--doc-mode", choices=["paragraph", "line", "file"], default="paragraph",
-                   help="what a document (a sequence) is in plain text files (default: paragraph)")
+    p.add_argument(
+        "--doc-mode",
+        choices=["paragraph", "line", "file"],
+        default="paragraph",
+        help="what a document (a sequence) is in plain text files (default: paragraph)",
+    )
     p.add_argument("--no-bos", action="store_true", help="do not start each document with BOS")
-    p.add_argument("--tokenizer", default=None, help="tokenizer.json or checkpoint folder (default: bundled V4 tokenizer)")
+    p.add_argument(
+        "--tokenizer", default=None, help="tokenizer.json or checkpoint folder (default: bundled V4 tokenizer)"
+    )
     p.add_argument("--top", type=int, default=20, help="hot rows per layer (default: 20)")
     p.add_argument("--save-counts", action="store_true", help="also write ngram_counts.npz (for merging shards)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -203,8 +219,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", default=None, help="checkpoint folder (default: the embedded default weights)")
     p.add_argument("--prompts", default=None, help="prompt JSONL file (default: data/prompts/default.jsonl)")
     p.add_argument("--out", default="out/report", help="output folder (default: out/report)")
-    p.add_argument("--streams", default="auto",
-                   help="auto, model, embedding or a captured-streams .safetensors file (default: auto)")
+    p.add_argument(
+        "--streams",
+        default="auto",
+        help="auto, model, embedding or a captured-streams .safetensors file (default: auto)",
+    )
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     p.add_argument("--mode", default="fp8", choices=["fp8", "bf16"], help="wkv mode (default: fp8, the reference)")
     p.add_argument("--theme", default="light", choices=["light", "dark"])
@@ -220,7 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_train_tiny)
 
     p = sub.add_parser("app", help="serve the prompt-comparison app as a web page (Voila) and print its URL")
-    p.add_argument("--checkpoint", default=None, help="checkpoint folder (default: $ENGRAM_VIZ_CHECKPOINT, else embedded)")
+    p.add_argument(
+        "--checkpoint", default=None, help="checkpoint folder (default: $ENGRAM_VIZ_CHECKPOINT, else embedded)"
+    )
     p.add_argument("--port", type=int, default=8866, help="TCP port (default 8866; 0: any free port)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.set_defaults(func=cmd_app)

@@ -24,10 +24,10 @@
 import numpy as np
 from IPython.display import display
 
-from engram_viz import notebook as nb
-from engram_viz.plots import gate_distributions, gate_heatmap, token_text_figure, token_view
-from engram_viz.prompts import load_prompts
-from engram_viz.report import gate_overview
+from engram_viz.apps import notebook as nb
+from engram_viz.apps.report import gate_overview
+from engram_viz.run.prompts import load_prompts
+from engram_viz.viz import gate_distributions, gate_heatmap, token_text_figure, token_view
 
 nb.setup()
 pipe = nb.load_pipeline()

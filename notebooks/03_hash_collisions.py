@@ -21,7 +21,7 @@
 # **collision**. None of this needs weights: it depends only on the tokenizer and the layout, so
 # the numbers below are exact for DeepSeek-V4.1-Flash on any machine.
 #
-# The corpus is the default one (`engram_viz.corpus`: the King James Bible and the Chinese Debian
+# The corpus is the default one (`engram_viz.analysis.corpus`: the King James Bible and the Chinese Debian
 # Reference), capped at `ENGRAM_VIZ_CORPUS_TOKENS` tokens per file (default 60,000) so that the
 # notebook runs in seconds; raise the cap for the full picture.
 
@@ -29,15 +29,15 @@
 import pandas as pd
 from IPython.display import display
 
-from engram_viz import notebook as nb
-from engram_viz.collisions import CollisionStats
+from engram_viz.analysis.collisions import CollisionStats
+from engram_viz.analysis.ngrams import NgramDecoder
+from engram_viz.apps import notebook as nb
 from engram_viz.config import load_config
-from engram_viz.layout import EngramLayout
-from engram_viz.ngrams import NgramDecoder
-from engram_viz.pipeline import collision_exposure
-from engram_viz.plots import collisions_vs_expected, exposure_beside_gates, heads_shared_vs_expected
-from engram_viz.prompts import load_prompts
-from engram_viz.tokenizer import get_tokenizer
+from engram_viz.core.layout import EngramLayout
+from engram_viz.core.tokenizer import get_tokenizer
+from engram_viz.run.pipeline import collision_exposure
+from engram_viz.run.prompts import load_prompts
+from engram_viz.viz import collisions_vs_expected, exposure_beside_gates, heads_shared_vs_expected
 
 nb.setup()
 v41 = load_config("v41-flash")

@@ -25,13 +25,13 @@
 # %%
 from IPython.display import display
 
-from engram_viz import notebook as nb
+from engram_viz.analysis.ngrams import NgramDecoder
+from engram_viz.analysis.usage import RowUsage
+from engram_viz.apps import notebook as nb
 from engram_viz.config import load_config
-from engram_viz.layout import EngramLayout
-from engram_viz.ngrams import NgramDecoder
-from engram_viz.plots import coverage_per_column, row_rank_frequency, touched_rows_map
-from engram_viz.tokenizer import get_tokenizer
-from engram_viz.usage import RowUsage
+from engram_viz.core.layout import EngramLayout
+from engram_viz.core.tokenizer import get_tokenizer
+from engram_viz.viz import coverage_per_column, row_rank_frequency, touched_rows_map
 
 nb.setup()
 v41 = load_config("v41-flash")

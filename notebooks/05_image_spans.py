@@ -26,8 +26,8 @@
 # %%
 from IPython.display import display
 
-from engram_viz import notebook as nb
-from engram_viz.plots import gate_heatmap, gate_heatmap_interactive, token_view
+from engram_viz.apps import notebook as nb
+from engram_viz.viz import gate_heatmap, gate_heatmap_interactive, token_view
 
 nb.setup()
 pipe = nb.load_pipeline()

@@ -30,12 +30,15 @@ import json
 
 from IPython.display import Image, display
 
-from engram_viz import notebook as nb
-from engram_viz.collisions import CollisionStats
+from engram_viz.analysis.collisions import CollisionStats
+from engram_viz.analysis.usage import RowUsage
+from engram_viz.apps import notebook as nb
+from engram_viz.apps.widgets import PromptComparison
 from engram_viz.config import load_config
-from engram_viz.layout import EngramLayout
-from engram_viz.pipeline import collision_exposure
-from engram_viz.plots import (
+from engram_viz.core.layout import EngramLayout
+from engram_viz.run.pipeline import collision_exposure
+from engram_viz.run.prompts import load_prompts
+from engram_viz.viz import (
     collisions_vs_expected,
     coverage_per_column,
     exposure_beside_gates,
@@ -50,9 +53,6 @@ from engram_viz.plots import (
     token_view,
     touched_rows_map,
 )
-from engram_viz.prompts import load_prompts
-from engram_viz.usage import RowUsage
-from engram_viz.widgets import PromptComparison
 
 nb.setup()
 out = nb.figures_dir()

@@ -13,8 +13,8 @@ import numpy as np
 import torch
 
 from engram_viz.config import EngramConfig, load_config
-from engram_viz.hashing import hash_prompt
-from engram_viz.layout import EngramLayout
+from engram_viz.core.hashing import hash_prompt
+from engram_viz.core.layout import EngramLayout
 
 DEAD = -1
 

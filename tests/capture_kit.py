@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from engram_viz import fp8
 from engram_viz.config import EngramConfig
-from engram_viz.engram import Engram
+from engram_viz.core import fp8
+from engram_viz.core.engram import Engram
 
 
 class FP8RowTable:

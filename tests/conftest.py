@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from engram_viz.config import EngramConfig, load_config
-from engram_viz.tokenizer import EngramTokenizer, get_tokenizer
+from engram_viz.core.tokenizer import EngramTokenizer, get_tokenizer
 
 # Property tests stay fast and reproducible: bounded examples, no deadline on a shared machine.
 settings.register_profile(
@@ -37,3 +37,11 @@ def tiny_config() -> EngramConfig:
 def tokenizer(v41_config: EngramConfig) -> EngramTokenizer:
     """The bundled V4 tokenizer with its compressed map, shared by the whole session."""
     return get_tokenizer(v41_config)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with its tier, the folder it lives in: ``pytest -m unit`` runs the fast tier."""
+    for item in items:
+        tier = item.path.parent.name
+        if tier in ("unit", "integration", "acceptance"):
+            item.add_marker(getattr(pytest.mark, tier))

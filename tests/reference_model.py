@@ -22,10 +22,10 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from engram_viz import fp8
 from engram_viz.config import IMAGE, IMAGE_END, IMAGE_NEWLINE, IMAGE_START, TEXT, EngramConfig, load_config
-from engram_viz.hashing import NgramHasher
-from engram_viz.tokenizer import get_tokenizer
+from engram_viz.core import fp8
+from engram_viz.core.hashing import NgramHasher
+from engram_viz.core.tokenizer import get_tokenizer
 
 world_size = 1
 rank = 0
@@ -207,8 +207,8 @@ def example_batch(config: EngramConfig | str = "tiny") -> tuple[torch.Tensor, to
 def main(out_dir: str) -> None:
     """Under torchrun: every rank runs; rank 0 saves the traces, every rank its model output."""
     global world_size, rank
-    from engram_viz.attach import attach
-    from engram_viz.capture import force_gate
+    from engram_viz.run.attach import attach
+    from engram_viz.run.capture import force_gate
 
     dist.init_process_group("gloo")
     world_size, rank = dist.get_world_size(), dist.get_rank()

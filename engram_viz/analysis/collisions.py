@@ -1,0 +1,418 @@
+"""Hash bucket collisions of the Engram n-gram hash, defined exactly.
+
+**Population.** The n-grams at the counted positions of everything accumulated: text positions
+(``token_mask`` True) of every sequence added; image positions are left out.
+
+**Key.** The key of the n-gram of order n at position t is the tuple of n compressed ids
+``(c[t-n+1], ..., c[t])``, oldest first, in which every look-back blocked by the start of the
+sequence or by an image (DEAD) position - and every longer look-back after it - is the pad id
+(``token_map[engram_pad_id]`` = 2). These are exactly the ids the hasher multiplies. The key is
+never the hash: two distinct keys whose hashes are equal *do* collide.
+
+**Column.** Each (Engram layer, order n, head) column has its own prime m and row range; a key's
+bucket there is ``hash_layer(key) mod m`` (reference section 3). Different orders, heads and
+layers never share rows, so collisions are counted per column.
+
+Per column (``columns`` table):
+
+- ``distinct_ngrams`` k: distinct keys of that order;
+- ``occupied``: buckets holding at least one key;
+- ``shared_buckets``: buckets holding two or more distinct keys;
+- ``colliding_ngrams``: distinct keys whose bucket holds another distinct key;
+- ``positions`` / ``colliding_positions``: counted positions, and those whose key collides;
+- ``expected_*``: the same under an ideal uniform hash into m buckets, with q = (1 - 1/m):
+  E[occupied] = m (1 - q^k), E[shared_buckets] = m - m q^k - k q^(k-1),
+  E[colliding_ngrams] = k (1 - q^(k-1)).
+
+Per n-gram and layer, ``heads_shared`` in 0..n_heads: on how many of its heads the key shares
+its bucket with another distinct key (``heads_shared`` table: how many keys - and positions -
+have each value, beside the expectation under uniform hashing, a Poisson-binomial with
+per-head probability 1 - q_h^(k-1)).
+
+Per position and layer, the **collision exposure**: how many of its 24 rows (one per order and
+head) hold a distinct key other than the position's own, within the accumulated population
+(``shared_rows`` / ``exposure``; a query key that is not in the population is compared with
+all keys there). To set exposure beside gates, accumulate the prompts themselves (and any
+reference corpus) first.
+
+``examples``: decoded colliding n-grams. Per column, candidate buckets are those of the
+``candidates`` most frequent colliding keys; they are ranked by the positions of their
+second most frequent key (a collision that matters needs two frequent n-grams), then by
+bucket; each lists its keys, most frequent first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from engram_viz.analysis.ngrams import (
+    NgramCounts,
+    bucket_lookup,
+    make_decoder,
+    ngram_hashes,
+    poisson_binomial,
+    run_column_pass,
+    sequence_windows,
+    top_indices,
+    window_ngrams,
+)
+from engram_viz.analysis.usage import RowUsage
+from engram_viz.config import EngramConfig, load_config
+from engram_viz.core.layout import EngramLayout
+
+
+def expected_uniform(k: int | np.ndarray, m: int | np.ndarray) -> dict[str, np.ndarray]:
+    """Expected occupied buckets, buckets with >= 2 keys and colliding keys when k distinct keys
+    fall uniformly and independently into m buckets (closed forms in the module docstring)."""
+    k = np.asarray(k, dtype=np.float64)
+    m = np.asarray(m, dtype=np.float64)
+    log_q = np.log1p(-1.0 / m)
+    q_k = np.exp(k * log_q)
+    q_k1 = np.exp(np.maximum(k - 1, 0) * log_q)
+    return {
+        "occupied": m * (1 - q_k),
+        "shared_buckets": np.where(k > 0, m - m * q_k - k * q_k1, 0.0),
+        "colliding_ngrams": k * (1 - q_k1),
+    }
+
+
+@dataclass
+class _Pass:
+    columns: list[dict]
+    heads_shared: list[dict]
+    examples: list[dict]
+    shared: dict[tuple[int, int], np.ndarray]  # (layer, order) -> heads_shared int8 [U]
+
+
+class _CollisionConsumer:
+    """Collects every CollisionStats figure during one pass over the columns (``run_column_pass``)."""
+
+    def __init__(self, layout: EngramLayout, n_examples: int, ngrams_per_bucket: int, candidates: int):
+        self.layout = layout
+        self.params = (n_examples, ngrams_per_bucket, candidates)
+        self.result = _Pass([], [], [], {})
+        self._shared_heads = np.zeros(0, dtype=np.int8)
+        self._probs: list[float] = []
+
+    def __call__(self, view) -> None:
+        res, heads = self.result, self.layout.n_heads
+        k, m = len(view.ngrams), view.prime
+        n_occupied, n_shared, per_key = view.occupancy()
+        colliding = per_key >= 2
+        exp = expected_uniform(k, m)
+        res.columns.append(
+            {
+                "layer": view.layer,
+                "order": view.order,
+                "head": view.head,
+                "column": view.column,
+                "prime": m,
+                "distinct_ngrams": k,
+                "occupied": n_occupied,
+                "shared_buckets": n_shared,
+                "colliding_ngrams": int(colliding.sum()),
+                "positions": int(view.counts.sum()),
+                "colliding_positions": int(view.counts[colliding].sum()),
+                "expected_occupied": float(exp["occupied"]),
+                "expected_shared_buckets": float(exp["shared_buckets"]),
+                "expected_colliding_ngrams": float(exp["colliding_ngrams"]),
+            }
+        )
+        if view.head == 0:  # the heads of one (layer, order) come one after another
+            self._shared_heads, self._probs = np.zeros(k, dtype=np.int8), []
+        self._shared_heads += colliding
+        self._probs.append(float(1 - np.exp(max(k - 1, 0) * np.log1p(-1.0 / m))))
+        if view.head == heads - 1:
+            shared = self._shared_heads
+            res.shared[(view.layer, view.order)] = shared
+            expected = poisson_binomial(np.array(self._probs)) * k
+            n_keys = np.bincount(shared, minlength=heads + 1)
+            n_pos = np.bincount(shared, weights=view.counts, minlength=heads + 1)
+            for j in range(heads + 1):
+                res.heads_shared.append(
+                    {
+                        "layer": view.layer,
+                        "order": view.order,
+                        "heads_shared": j,
+                        "ngrams": int(n_keys[j]),
+                        "positions": int(np.rint(n_pos[j])),
+                        "expected_ngrams": float(expected[j]),
+                    }
+                )
+        n_examples, per_bucket, candidates = self.params
+        if n_examples and colliding.any():
+            res.examples += _column_examples(view, colliding, n_examples, per_bucket, candidates)
+
+
+def _column_examples(view, colliding: np.ndarray, n_examples: int, per_bucket: int, candidates: int) -> list[dict]:
+    idx = np.flatnonzero(colliding)
+    top = idx[top_indices(view.counts[idx], idx, candidates)]  # most frequent colliding keys
+    sel = view.keys_in(np.unique(view.buckets[top]))
+    sel = sel[np.lexsort((sel, -view.counts[sel], view.buckets[sel]))]  # by bucket, then count desc
+    b = view.buckets[sel]
+    starts = np.flatnonzero(np.r_[True, b[1:] != b[:-1]])
+    ends = np.r_[starts[1:], len(sel)]
+    second = view.counts[sel[starts + 1]]  # every candidate bucket holds >= 2 keys
+    total = np.add.reduceat(view.counts[sel], starts)
+    ranked = np.lexsort((b[starts], -total, -second))[:n_examples]
+    out = []
+    for rank, g in enumerate(ranked, 1):
+        members = sel[starts[g] : ends[g]]
+        for j, i in enumerate(members[:per_bucket], 1):
+            out.append(
+                {
+                    "layer": view.layer,
+                    "order": view.order,
+                    "head": view.head,
+                    "example": rank,
+                    "row": int(view.buckets[i]) + view.offset,
+                    "bucket": int(view.buckets[i]),
+                    "n_ngrams": len(members),
+                    "ngram_rank": j,
+                    "ngram_ids": tuple(int(x) for x in view.ngrams[i]),
+                    "count": int(view.counts[i]),
+                }
+            )
+    return out
+
+
+class CollisionStats:
+    """Accumulator of hash bucket collisions (definition in the module docstring).
+
+    ``counts`` lets several analyses share one :class:`NgramCounts` (no copy: add data once,
+    through any of them). ``merge(other)`` adds another shard in place; shards merged equal the
+    whole (the population is a union of keys, with position counts summed).
+    """
+
+    def __init__(
+        self, config: EngramConfig | str = "tiny", counts: NgramCounts | None = None, pad_id: int | None = None
+    ):
+        self.config = load_config(config)
+        self.layout = EngramLayout(self.config)
+        self.counts = counts if counts is not None else NgramCounts(self.config, pad_id)
+        self._cache: tuple[tuple, _Pass] | None = None
+
+    # -- accumulation
+    def add_windows(self, windows: np.ndarray, mask: np.ndarray | None = None) -> None:
+        """Add windows ``[N, max_ngram]`` (``ngrams.StreamWindows``); mask bool ``[N]``, False = skip."""
+        self.counts.add_windows(windows, mask)
+
+    def add_compressed(self, compressed, token_mask=None) -> None:
+        """Add sequences of compressed ids ``[B, T]`` or ``[T]`` (each from position 0);
+        token_mask bool, same shape, False at image positions (and padding)."""
+        self.counts.add_compressed(compressed, token_mask)
+
+    def merge(self, other: CollisionStats) -> CollisionStats:
+        """Add ``other`` into this accumulator (in place); returns self."""
+        if other.config.engram_layer_ids != self.config.engram_layer_ids:
+            raise ValueError("cannot merge collision stats of different Engram layouts")
+        self.counts.merge(other.counts)
+        return self
+
+    # -- per n-gram
+    def ngram_heads_shared(self, layer: int, order: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every distinct n-gram of ``order`` with its positions and, for ``layer``, on how many
+        heads it shares a bucket: ``(ngrams int64 [U, order] sorted, counts int64 [U], heads_shared int8 [U])``."""
+        self.layout.layer_index(layer)
+        self.layout.column(order, 0)
+        ngrams, counts = self.counts.ngrams(order)
+        return ngrams, counts, self._pass().shared[(layer, order)]
+
+    # -- one pass over the columns
+    def _pass(self, n_examples: int | None = None, ngrams_per_bucket: int = 4, candidates: int = 200) -> _Pass:
+        """All per-column figures in one pass; ``n_examples`` None reuses any cached pass."""
+        cached = self._cache
+        if (
+            cached is not None
+            and cached[0][0] == self.counts.version
+            and (n_examples is None or cached[0][1:] == (n_examples, ngrams_per_bucket, candidates))
+        ):
+            return cached[1]
+        consumer = self._consumer(3 if n_examples is None else n_examples, ngrams_per_bucket, candidates)
+        run_column_pass(self.layout, self.counts, [consumer])
+        return self._finish(consumer)
+
+    def _consumer(self, n_examples: int, ngrams_per_bucket: int, candidates: int) -> _CollisionConsumer:
+        return _CollisionConsumer(self.layout, n_examples, ngrams_per_bucket, candidates)
+
+    def _finish(self, consumer: _CollisionConsumer) -> _Pass:
+        result = consumer.result
+        result.columns.sort(key=lambda r: (r["layer"], r["column"]))
+        result.heads_shared.sort(key=lambda r: (r["layer"], r["order"], r["heads_shared"]))
+        result.examples.sort(key=lambda r: (r["layer"], r["order"], r["head"], r["example"], r["ngram_rank"]))
+        self._cache = ((self.counts.version, *consumer.params), result)
+        return result
+
+    # -- tables
+    def columns(self) -> pd.DataFrame:
+        """Per (layer, order, head): observed and expected collision figures (module docstring)."""
+        return pd.DataFrame(self._pass().columns)
+
+    def heads_shared(self) -> pd.DataFrame:
+        """(layer, order, heads_shared, ngrams, positions, expected_ngrams)."""
+        return pd.DataFrame(
+            self._pass().heads_shared,
+            columns=["layer", "order", "heads_shared", "ngrams", "positions", "expected_ngrams"],
+        )
+
+    def examples(
+        self, n_examples: int = 3, ngrams_per_bucket: int = 4, candidates: int = 200, tokenizer=None
+    ) -> pd.DataFrame:
+        """Decoded colliding n-grams: (layer, order, head, example, row, bucket, n_ngrams,
+        ngram_rank, ngram, ngram_ids, count); ``n_examples`` buckets per column."""
+        recs = [dict(r) for r in self._pass(n_examples, ngrams_per_bucket, candidates).examples]
+        decoder = make_decoder(self.config, tokenizer, self.counts.pad_id)
+        for r in recs:
+            ids = r.pop("ngram_ids")
+            r["ngram"] = decoder.text(ids) if decoder else ""
+            r["ngram_ids"] = " ".join(map(str, ids))
+        cols = [
+            "layer",
+            "order",
+            "head",
+            "example",
+            "row",
+            "bucket",
+            "n_ngrams",
+            "ngram_rank",
+            "ngram",
+            "ngram_ids",
+            "count",
+        ]
+        return pd.DataFrame(recs, columns=cols)
+
+    def top_ngrams(self, top: int = 50, tokenizer=None) -> pd.DataFrame:
+        """The ``top`` most frequent n-grams of each order with, per layer, on how many heads they
+        share a bucket: (order, rank, ngram, ngram_ids, count, layer, heads_shared)."""
+        decoder = make_decoder(self.config, tokenizer, self.counts.pad_id)
+        recs = []
+        shared = self._pass().shared
+        for order in self.config.ngram_orders:
+            ngrams, counts = self.counts.ngrams(order)
+            best = top_indices(counts, np.arange(len(counts)), top)
+            for rank, i in enumerate(best, 1):
+                ids = tuple(int(x) for x in ngrams[i])
+                text = decoder.text(ids) if decoder else ""
+                for layer in self.layout.layer_ids:
+                    recs.append(
+                        {
+                            "order": order,
+                            "rank": rank,
+                            "ngram": text,
+                            "ngram_ids": " ".join(map(str, ids)),
+                            "count": int(counts[i]),
+                            "layer": layer,
+                            "heads_shared": int(shared[(layer, order)][i]),
+                        }
+                    )
+        return pd.DataFrame(recs, columns=["order", "rank", "ngram", "ngram_ids", "count", "layer", "heads_shared"])
+
+    def to_frame(
+        self, n_examples: int = 3, ngrams_per_bucket: int = 4, top: int = 50, tokenizer=None
+    ) -> dict[str, pd.DataFrame]:
+        """All tables, keyed ``columns``, ``heads_shared``, ``examples``, ``top_ngrams``."""
+        return {
+            "columns": self.columns(),
+            "heads_shared": self.heads_shared(),
+            "examples": self.examples(n_examples, ngrams_per_bucket, tokenizer=tokenizer),
+            "top_ngrams": self.top_ngrams(top, tokenizer),
+        }
+
+    def summary(self) -> dict:
+        """Plain-JSON totals per (layer, order): distinct n-grams, colliding share observed and expected."""
+        cols = self.columns()
+        out = {"positions": self.counts.n_positions, "layers": {}}
+        for layer in self.layout.layer_ids:
+            per = {}
+            for order in self.config.ngram_orders:
+                c = cols[(cols.layer == layer) & (cols.order == order)]
+                k = int(c.distinct_ngrams.iloc[0]) if len(c) else 0
+                per[str(order)] = {
+                    "distinct_ngrams": k,
+                    "colliding_ngrams_per_head": float(c.colliding_ngrams.mean()) if len(c) else 0.0,
+                    "expected_colliding_ngrams_per_head": float(c.expected_colliding_ngrams.mean()) if len(c) else 0.0,
+                    "colliding_position_share": float(c.colliding_positions.sum() / max(c.positions.sum(), 1)),
+                }
+            out["layers"][str(layer)] = per
+        return out
+
+    # -- per position
+    def _shared_windows(self, windows: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """bool ``[N, n_layers, n_hash_cols]`` for windows ``[N, max_ngram]`` (one pass over the population)."""
+        out = np.zeros((len(windows), len(self.layout.layer_ids), self.layout.n_hash_cols), dtype=bool)
+        for order in self.config.ngram_orders:
+            q = window_ngrams(windows, order)
+            member = (self.counts.count_of(q) > 0).astype(np.int64)
+            stored, _ = self.counts.ngrams(order)
+            for li in range(len(self.layout.layer_ids)):
+                hs, hq = ngram_hashes(self.layout, li, stored), ngram_hashes(self.layout, li, q)
+                for head in range(self.layout.n_heads):
+                    col = self.layout.column(order, head)
+                    p = int(self.layout.column_primes[li, col])
+                    out[:, li, col] = bucket_lookup(hs % p, p, hq % p) - member >= 1
+        out &= mask[:, None, None]
+        return out
+
+    def shared_rows(self, compressed, token_mask=None) -> np.ndarray:
+        """For sequences of compressed ids ``[B, T]`` or ``[T]`` (each from position 0, token_mask
+        False at image positions): bool ``[B, T, n_layers, n_hash_cols]`` (or ``[T, ...]``), True
+        where the position's row also holds a distinct key other than its own. Image positions: False.
+        Every call hashes the whole population once: pass many sequences per call
+        (``shared_rows_ragged`` for sequences of different lengths)."""
+        c = np.asarray(compressed.detach().cpu().numpy() if hasattr(compressed, "detach") else compressed)
+        windows, mask = sequence_windows(c, self.counts.pad_id, self.config.engram_max_ngram_size, token_mask)
+        return self._shared_windows(windows, mask).reshape(*c.shape, len(self.layout.layer_ids), -1)
+
+    def shared_rows_ragged(self, sequences, token_masks=None) -> list[np.ndarray]:
+        """``shared_rows`` of sequences of different lengths (a list of ``[T_i]`` compressed ids,
+        optional list of bool ``[T_i]`` masks) in one pass: a list of bool ``[T_i, n_layers, 24]``."""
+        sequences = [np.asarray(x.detach().cpu().numpy() if hasattr(x, "detach") else x) for x in sequences]
+        if token_masks is not None and len(token_masks) != len(sequences):
+            raise ValueError(
+                f"token_masks has {len(token_masks)} entries, expected one per sequence ({len(sequences)})"
+            )
+        parts = [
+            sequence_windows(
+                c,
+                self.counts.pad_id,
+                self.config.engram_max_ngram_size,
+                None if token_masks is None else token_masks[i],
+            )
+            for i, c in enumerate(sequences)
+        ]
+        if not parts:
+            return []
+        flat = self._shared_windows(np.concatenate([w for w, _ in parts]), np.concatenate([m for _, m in parts]))
+        return np.split(flat, np.cumsum([len(c) for c in sequences])[:-1])
+
+    def exposure(self, compressed, token_mask=None) -> np.ndarray:
+        """Collision exposure int64 ``[B, T, n_layers]`` (or ``[T, n_layers]``): how many of the
+        position's rows are shared with a different n-gram (0..n_hash_cols; 0 at image positions)."""
+        return self.shared_rows(compressed, token_mask).sum(-1)
+
+    def exposure_ragged(self, sequences, token_masks=None) -> list[np.ndarray]:
+        """``exposure`` of sequences of different lengths in one pass: a list of int64 ``[T_i, n_layers]``."""
+        return [s.sum(-1) for s in self.shared_rows_ragged(sequences, token_masks)]
+
+
+def analyse_together(
+    usage: RowUsage,
+    collisions: CollisionStats,
+    top: int = 20,
+    ngrams_per_row: int = 5,
+    n_examples: int = 3,
+    ngrams_per_bucket: int = 4,
+    candidates: int = 200,
+) -> None:
+    """Fill both analyses' tables in one pass over the columns (each column's occupancy computed
+    once). ``usage`` and ``collisions`` must share one :class:`NgramCounts`."""
+    if usage.counts is not collisions.counts:
+        raise ValueError("analyse_together needs a RowUsage and a CollisionStats over the same NgramCounts")
+    u = usage._consumer(top, ngrams_per_row)
+    c = collisions._consumer(n_examples, ngrams_per_bucket, candidates)
+    run_column_pass(usage.layout, usage.counts, [u, c])
+    usage._finish(u)
+    collisions._finish(c)

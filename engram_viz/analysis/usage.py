@@ -1,0 +1,308 @@
+"""Row usage: how often each Engram table row is read, per (layer, row), kept sparse.
+
+**What is counted.** Every counted position reads 24 rows per Engram layer, one per (n-gram
+order, head) column; a *hit* of row r is one such read. Counted positions are text positions
+(``token_mask`` True); image positions, which also read the 24 rows of an all-pad window but
+have their gate shut, are left out.
+
+**How it is stored.** A row id is a function of the n-gram key (``ngrams`` module docstring), so
+the accumulator keeps the distinct n-grams with their position counts (:class:`NgramCounts`,
+16 bytes per distinct n-gram and order) and derives the per-row hits from them, one column at
+a time: row hits are exact, never held as a dense table (384M rows per layer), and the
+n-grams behind a hot row are known exactly, with no sampling or second pass. Keeping the
+n-grams is ~16x smaller than keeping sparse (layer, row) counts, since every n-gram feeds 8
+heads x n_layers rows.
+
+Tables (``to_frame``), one row per observation:
+
+- ``columns``: layer, order, head, column, prime, offset, distinct_ngrams, hits, rows_touched,
+  coverage (rows_touched / prime), max_hits;
+- ``hit_histogram``: layer, order, hits, rows (how many rows of that layer/order were hit
+  exactly ``hits`` times);
+- ``rank_frequency``: layer, rank, hits - row hit counts of a layer sorted descending, sampled
+  at up to ``max_points`` log-spaced ranks (always rank 1 and the last rank), exact values;
+- ``hot_rows``: layer, rank, row, order, head, bucket, hits, n_ngrams, ngram_rank, ngram,
+  ngram_ids, ngram_hits - the ``top`` most-hit rows of each layer, one line per n-gram landing
+  there (at most ``ngrams_per_row``, most frequent first). Ties break by row id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from engram_viz.analysis.ngrams import (
+    NgramCounts,
+    column_view,
+    iter_columns,
+    make_decoder,
+    run_column_pass,
+    top_indices,
+)
+from engram_viz.config import EngramConfig, load_config
+from engram_viz.core.layout import EngramLayout
+
+
+@dataclass
+class _HotRow:
+    hits: int
+    row: int
+    column: int
+    bucket: int
+    n_ngrams: int
+    ngrams: list[tuple[int, tuple[int, ...]]]  # (positions, n-gram), most frequent first
+
+
+@dataclass
+class _Pass:
+    top: int
+    ngrams_per_row: int
+    columns: list[dict]
+    histogram: dict[tuple[int, int], np.ndarray]  # (layer, order) -> rows hit exactly h times, index h
+    hot: dict[int, list[_HotRow]]  # layer -> the top rows, hottest first (ties: smaller row id)
+
+
+class _UsageConsumer:
+    """Collects every RowUsage figure during one pass over the columns (``run_column_pass``)."""
+
+    def __init__(self, layout: EngramLayout, top: int, ngrams_per_row: int):
+        self.result = _Pass(top, ngrams_per_row, [], {}, {layer: [] for layer in layout.layer_ids})
+
+    def __call__(self, view) -> None:
+        res = self.result
+        buckets, distinct, hits = view.bucket_totals()
+        res.columns.append(
+            {
+                "layer": view.layer,
+                "order": view.order,
+                "head": view.head,
+                "column": view.column,
+                "prime": view.prime,
+                "offset": view.offset,
+                "distinct_ngrams": len(view.ngrams),
+                "hits": int(view.counts.sum()),
+                "rows_touched": len(buckets),
+                "coverage": len(buckets) / view.prime,
+                "max_hits": int(hits.max()) if len(hits) else 0,
+            }
+        )
+        if len(hits):
+            h = np.bincount(hits)
+            old = res.histogram.get((view.layer, view.order), np.zeros(0, np.int64))
+            if len(old) < len(h):
+                old = np.pad(old, (0, len(h) - len(old)))
+            old[: len(h)] += h
+            res.histogram[(view.layer, view.order)] = old
+        hot = res.hot[view.layer]
+        if not res.top or not len(hits):
+            return
+        # only rows at least as hot as the current top-th row of this layer can enter
+        cand = np.flatnonzero(hits >= hot[-1].hits) if len(hot) >= res.top else np.arange(len(hits))
+        rows = buckets[cand] + view.offset
+        best = cand[top_indices(hits[cand], rows, res.top)]
+        if not len(best):
+            return
+        landed = view.keys_in(buckets[best])
+        landed = landed[np.lexsort((landed, -view.counts[landed]))]  # most frequent first
+        per_bucket: dict[int, list] = {}
+        for i in landed:
+            entry = per_bucket.setdefault(int(view.buckets[i]), [])
+            if len(entry) < res.ngrams_per_row:
+                entry.append((int(view.counts[i]), tuple(int(x) for x in view.ngrams[i])))
+        for i in best:
+            b = int(buckets[i])
+            hot.append(_HotRow(int(hits[i]), b + view.offset, view.column, b, int(distinct[i]), per_bucket[b]))
+        hot.sort(key=lambda r: (-r.hits, r.row))
+        del hot[res.top :]
+
+
+class RowUsage:
+    """Accumulator of row hits per (Engram layer, table row).
+
+    ``counts`` lets several analyses share one :class:`NgramCounts` (no copy: add data once,
+    through any of them). ``merge(other)`` adds another shard in place; shards merged equal the
+    whole.
+    """
+
+    def __init__(
+        self, config: EngramConfig | str = "tiny", counts: NgramCounts | None = None, pad_id: int | None = None
+    ):
+        self.config = load_config(config)
+        self.layout = EngramLayout(self.config)
+        self.counts = counts if counts is not None else NgramCounts(self.config, pad_id)
+        self._cache: tuple[int, int, _Pass] | None = None
+
+    # -- accumulation
+    def add_windows(self, windows: np.ndarray, mask: np.ndarray | None = None) -> None:
+        """Count windows ``[N, max_ngram]`` (``ngrams.StreamWindows``); mask bool ``[N]``, False = skip."""
+        self.counts.add_windows(windows, mask)
+
+    def add_compressed(self, compressed, token_mask=None) -> None:
+        """Count sequences of compressed ids ``[B, T]`` or ``[T]`` (each from position 0);
+        token_mask bool, same shape, False at image positions (and padding)."""
+        self.counts.add_compressed(compressed, token_mask)
+
+    def merge(self, other: RowUsage) -> RowUsage:
+        """Add ``other`` into this accumulator (in place); returns self."""
+        if other.config.engram_layer_ids != self.config.engram_layer_ids:
+            raise ValueError("cannot merge row usage of different Engram layouts")
+        self.counts.merge(other.counts)
+        return self
+
+    @property
+    def n_positions(self) -> int:
+        return self.counts.n_positions
+
+    # -- per column / per row
+    def column_hits(self, layer: int, order: int, head: int) -> tuple[np.ndarray, np.ndarray]:
+        """Sparse hits of one column: ``(rows int64 [R] sorted, hits int64 [R])``, rows touched only."""
+        view = column_view(self.layout, self.counts, self.layout.layer_index(layer), order, head)
+        buckets, _, hits = view.bucket_totals()
+        return buckets + view.offset, hits
+
+    def row_hits(self, layer: int) -> tuple[np.ndarray, np.ndarray]:
+        """Sparse hits of a whole layer: ``(rows int64 [R] sorted, hits int64 [R])``. R can reach
+        8 x (distinct n-grams of all orders): use ``column_hits`` on big corpora."""
+        li = self.layout.layer_index(layer)
+        rows, hits = [], []
+        for view in iter_columns(self.layout, self.counts):
+            if view.layer_index == li:
+                b, _, h = view.bucket_totals()
+                rows.append(b + view.offset)
+                hits.append(h)
+        return np.concatenate(rows), np.concatenate(hits)
+
+    def hits_of(self, layer: int, rows) -> np.ndarray:
+        """Hits of the given rows of a layer: int64, same shape as ``rows`` (0 where never read)."""
+        q = np.asarray(rows, dtype=np.int64)
+        all_rows, all_hits = self.row_hits(layer)
+        at = np.minimum(np.searchsorted(all_rows, q), max(len(all_rows) - 1, 0))
+        found = (all_rows[at] == q) if len(all_rows) else np.zeros(q.shape, bool)
+        return np.where(found, all_hits[at] if len(all_rows) else 0, 0)
+
+    # -- one pass over the columns
+    def _pass(self, top: int | None = None, ngrams_per_row: int | None = None) -> _Pass:
+        """All per-column figures in one pass, keeping the ``top`` hottest rows per layer with up
+        to ``ngrams_per_row`` n-grams each; None reuses any cached pass (defaults 20 and 5)."""
+        cached = self._cache
+        if (
+            cached is not None
+            and cached[0] == self.counts.version
+            and (top is None or cached[1].top >= top)
+            and (ngrams_per_row is None or cached[1].ngrams_per_row >= ngrams_per_row)
+        ):
+            return cached[1]
+        consumer = self._consumer(20 if top is None else top, 5 if ngrams_per_row is None else ngrams_per_row)
+        run_column_pass(self.layout, self.counts, [consumer])
+        return self._finish(consumer)
+
+    def _consumer(self, top: int, ngrams_per_row: int) -> _UsageConsumer:
+        return _UsageConsumer(self.layout, top, ngrams_per_row)
+
+    def _finish(self, consumer: _UsageConsumer) -> _Pass:
+        result = consumer.result
+        result.columns.sort(key=lambda r: (r["layer"], r["column"]))
+        self._cache = (self.counts.version, result)
+        return result
+
+    # -- tables
+    def coverage(self) -> pd.DataFrame:
+        """Per (layer, order, head) column: rows touched / prime and hits (schema in module doc)."""
+        return pd.DataFrame(self._pass().columns)
+
+    def hit_histogram(self) -> pd.DataFrame:
+        """(layer, order, hits, rows): how many rows were hit exactly ``hits`` times."""
+        recs = [
+            {"layer": layer, "order": order, "hits": int(h), "rows": int(hist[h])}
+            for (layer, order), hist in sorted(self._pass().histogram.items())
+            for h in np.flatnonzero(hist)
+        ]
+        return pd.DataFrame(recs, columns=["layer", "order", "hits", "rows"])
+
+    def rank_frequency(self, max_points: int = 256) -> pd.DataFrame:
+        """(layer, rank, hits): the layer's row hits sorted descending, at up to ``max_points``
+        log-spaced ranks (exact values; rank 1 and the last rank always included)."""
+        recs = []
+        hist = self.hit_histogram()
+        for layer in self.layout.layer_ids:
+            h = hist[hist.layer == layer].groupby("hits")["rows"].sum().sort_index(ascending=False)
+            if h.empty:
+                continue
+            values, n_rows = h.index.to_numpy(), h.to_numpy()
+            last = np.cumsum(n_rows)  # rank of the last row with each value
+            total = int(last[-1])
+            if total <= max_points:
+                ranks = np.arange(1, total + 1, dtype=np.int64)
+            else:
+                ranks = np.unique(np.rint(np.geomspace(1, total, num=max_points)).astype(np.int64))
+            hits = values[np.searchsorted(last, ranks)]
+            recs += [{"layer": layer, "rank": int(r), "hits": int(v)} for r, v in zip(ranks, hits)]
+        return pd.DataFrame(recs, columns=["layer", "rank", "hits"])
+
+    def hot_rows(self, top: int = 20, ngrams_per_row: int = 5, tokenizer=None) -> pd.DataFrame:
+        """The ``top`` most-hit rows of each layer with the n-grams that land there, decoded."""
+        hot = self._pass(top, ngrams_per_row).hot
+        decoder = make_decoder(self.config, tokenizer, self.counts.pad_id)
+        recs = []
+        for layer, entries in hot.items():
+            for rank, r in enumerate(entries[:top], 1):
+                for j, (c, ids) in enumerate(r.ngrams[:ngrams_per_row], 1):
+                    recs.append(
+                        {
+                            "layer": layer,
+                            "rank": rank,
+                            "row": r.row,
+                            "order": r.column // self.layout.n_heads + 2,
+                            "head": r.column % self.layout.n_heads,
+                            "bucket": r.bucket,
+                            "hits": r.hits,
+                            "n_ngrams": r.n_ngrams,
+                            "ngram_rank": j,
+                            "ngram": decoder.text(ids) if decoder else "",
+                            "ngram_ids": " ".join(map(str, ids)),
+                            "ngram_hits": c,
+                        }
+                    )
+        cols = [
+            "layer",
+            "rank",
+            "row",
+            "order",
+            "head",
+            "bucket",
+            "hits",
+            "n_ngrams",
+            "ngram_rank",
+            "ngram",
+            "ngram_ids",
+            "ngram_hits",
+        ]
+        return pd.DataFrame(recs, columns=cols)
+
+    def to_frame(
+        self, top: int = 20, ngrams_per_row: int = 5, max_points: int = 256, tokenizer=None
+    ) -> dict[str, pd.DataFrame]:
+        """All tables, keyed ``columns``, ``hit_histogram``, ``rank_frequency``, ``hot_rows``."""
+        return {
+            "columns": self.coverage(),
+            "hit_histogram": self.hit_histogram(),
+            "rank_frequency": self.rank_frequency(max_points),
+            "hot_rows": self.hot_rows(top, ngrams_per_row, tokenizer),
+        }
+
+    def summary(self) -> dict:
+        """Plain-JSON totals per layer: positions, rows touched, coverage of the whole table."""
+        cov = self.coverage()
+        out = {"positions": self.n_positions, "layers": {}}
+        for li, layer in enumerate(self.layout.layer_ids):
+            c = cov[cov.layer == layer]
+            touched = int(c.rows_touched.sum())
+            out["layers"][str(layer)] = {
+                "rows": int(self.layout.rows_per_layer[li]),
+                "rows_touched": touched,
+                "coverage": touched / int(self.layout.rows_per_layer[li]),
+                "max_hits": int(c.max_hits.max()) if len(c) else 0,
+            }
+        return out

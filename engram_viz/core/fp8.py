@@ -1,0 +1,94 @@
+"""fp8 e4m3 values with e8m0 (power-of-two) scales: dequantise, quantise, and the fp8 linear.
+
+Tables carry one scale per 32 features of a row; ``wkv`` carries one per 32 x 32 block. The
+reference dequantises by multiplying in float32 and rounding to bf16 (tables) and runs ``wkv``
+as an fp8 GEMM whose input activations are quantised per 32 values with power-of-two scales.
+"""
+
+from __future__ import annotations
+
+import torch
+
+BLOCK = 32
+E4M3_MAX = 448.0  # largest finite float8_e4m3fn
+AMAX_FLOOR = 1e-4  # keeps an all-zero block's scale finite (as the reference's act_quant)
+
+
+def _check_fp8(name: str, t: torch.Tensor, dtype: torch.dtype) -> None:
+    if t.dtype != dtype:
+        raise TypeError(f"{name} must be {dtype}, got {t.dtype}")
+
+
+def dequantize_rows(weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """Table rows: e4m3 ``[..., D]`` x e8m0 ``[..., D/32]`` -> bf16 ``[..., D]`` (float32 multiply)."""
+    _check_fp8("weight", weight, torch.float8_e4m3fn)
+    _check_fp8("scale", scale, torch.float8_e8m0fnu)
+    if weight.shape[-1] != scale.shape[-1] * BLOCK or weight.shape[:-1] != scale.shape[:-1]:
+        raise ValueError(
+            f"row weight {list(weight.shape)} and scale {list(scale.shape)} do not pair (32 features per scale)"
+        )
+    values = weight.float().unflatten(-1, (-1, BLOCK)) * scale.float().unsqueeze(-1)
+    return values.flatten(-2).to(torch.bfloat16)
+
+
+def dequantize_blocks(weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """A matrix with 32 x 32 block scales: e4m3 ``[N, K]`` x e8m0 ``[ceil(N/32), ceil(K/32)]`` -> float32."""
+    _check_fp8("weight", weight, torch.float8_e4m3fn)
+    _check_fp8("scale", scale, torch.float8_e8m0fnu)
+    n, k = weight.shape
+    want = (-(-n // BLOCK), -(-k // BLOCK))
+    if tuple(scale.shape) != want:
+        raise ValueError(f"block scale of weight {[n, k]} must have shape {list(want)}, got {list(scale.shape)}")
+    full = scale.float().repeat_interleave(BLOCK, 0)[:n].repeat_interleave(BLOCK, 1)[:, :k]
+    return weight.float() * full
+
+
+def power_of_two_scale(amax: torch.Tensor) -> torch.Tensor:
+    """The smallest power of two s with amax / s <= 448 (a ue8m0 scale), float32."""
+    return torch.exp2(torch.ceil(torch.log2(amax.float().clamp_min(AMAX_FLOOR) / E4M3_MAX)))
+
+
+def quantize_blockwise(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per 32 values along the last dim: e4m3 ``[..., K]`` and float32 power-of-two scales ``[..., K/32]``.
+
+    Scales are the smallest powers of two with ``amax / scale <= 448`` (amax floored at 1e-4).
+    Round trip error is at most half an e4m3 ulp: ``|x - deq| <= max(2**-4 * |x|, 2**-10 * scale)``
+    (relative 2**-4 where ``x / scale`` is a normal e4m3 value, >= 2**-6; absolute ``2**-10 * scale``
+    where it is subnormal). Both bounds are reached on ties (tests/test_fp8.py).
+    """
+    if x.shape[-1] % BLOCK:
+        raise ValueError(f"last dim {x.shape[-1]} must be a multiple of {BLOCK} to quantise per block")
+    blocks = x.float().unflatten(-1, (-1, BLOCK))
+    scale = power_of_two_scale(blocks.abs().amax(-1))
+    q = (blocks / scale.unsqueeze(-1)).to(torch.float8_e4m3fn)
+    return q.flatten(-2), scale
+
+
+def dequantize_blockwise(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """Inverse of ``quantize_blockwise`` in float32."""
+    return (q.float().unflatten(-1, (-1, BLOCK)) * scale.float().unsqueeze(-1)).flatten(-2)
+
+
+def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Table rows to the checkpoint format: e4m3 ``[..., D]`` and e8m0 scales ``[..., D/32]``."""
+    q, scale = quantize_blockwise(x)
+    return q, scale.to(torch.float8_e8m0fnu)
+
+
+def quantize_matrix(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A weight matrix ``[N, K]`` to e4m3 with e8m0 32 x 32 block scales ``[ceil(N/32), ceil(K/32)]``."""
+    n, k = w.shape
+    pn, pk = -(-n // BLOCK) * BLOCK, -(-k // BLOCK) * BLOCK
+    padded = torch.zeros(pn, pk, dtype=torch.float32, device=w.device)
+    padded[:n, :k] = w.float()
+    blocks = padded.unflatten(0, (-1, BLOCK)).unflatten(-1, (-1, BLOCK))  # [N/32, 32, K/32, 32]
+    scale = power_of_two_scale(blocks.abs().amax(dim=(1, 3)))
+    q = (blocks / scale[:, None, :, None]).flatten(2).flatten(0, 1)[:n, :k].to(torch.float8_e4m3fn)
+    return q, scale.to(torch.float8_e8m0fnu)
+
+
+def fp8_linear(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor) -> torch.Tensor:
+    """The reference fp8 GEMM, emulated: activations quantised per 32 values with power-of-two
+    scales, both operands dequantised, fp32 accumulation, bf16 out. ``x [..., K]`` -> ``[..., N]``."""
+    xq, xs = quantize_blockwise(x)
+    return (dequantize_blockwise(xq, xs) @ dequantize_blocks(weight, weight_scale).T).to(torch.bfloat16)

@@ -1,0 +1,178 @@
+"""Where every n-gram lands: hash multipliers, prime bucket sizes and row offsets.
+
+Reference section 2. Per Engram layer there is one table; its rows are split into
+``n_hash_cols`` = (max_ngram_size - 1) x n_heads *columns*, column c = (n - 2) * n_heads + head
+owning rows ``[offsets[c], offsets[c] + primes[c])``. The inverse questions a researcher asks -
+which (layer, order, head) owns row r, which rows an n-gram lands in - are answered here too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from engram_viz.config import EngramConfig
+
+
+def is_prime(n: int) -> bool:
+    """Deterministic trial division; the layout's primes are ~1.6e7, so this is quick."""
+    if n < 2:
+        return False
+    if n % 2 == 0:
+        return n == 2
+    f = 3
+    while f * f <= n:
+        if n % f == 0:
+            return False
+        f += 2
+    return True
+
+
+def next_prime(n: int) -> int:
+    """The smallest prime strictly greater than n."""
+    n += 1
+    while not is_prime(n):
+        n += 1
+    return n
+
+
+@dataclass(frozen=True)
+class RowOwner:
+    """The column that owns a table row: Engram layer, n-gram order, head and bucket."""
+
+    layer: int  # model layer id, e.g. 1 or 14
+    layer_index: int  # index into engram_layer_ids
+    order: int  # n-gram size, 2..max_ngram_size
+    head: int
+    column: int  # (order - 2) * n_heads + head
+    bucket: int  # row - offset of the column, in [0, prime)
+
+
+class EngramLayout:
+    """Multipliers ``[n_layers, max_ngram]``, primes ``[n_layers, max_ngram - 1, n_heads]`` and
+    offsets ``[n_layers, n_hash_cols]`` of a config, all int64 numpy arrays."""
+
+    def __init__(self, config: EngramConfig):
+        self.config = config
+        self.layer_ids = config.engram_layer_ids
+        self.max_ngram_size = config.engram_max_ngram_size
+        self.n_heads = config.engram_n_heads
+        self.n_hash_cols = config.n_hash_cols
+        self.pad_id = config.engram_pad_id  # a *raw* id; the hash uses token_map[pad_id]
+
+    @cached_property
+    def multipliers(self) -> np.ndarray:
+        """Odd multipliers; column i multiplies look-back i (column 0 is the current token)."""
+        vocab = self.config.engram_compressed_vocab_size
+        bound = max(1, (2**63 - 1) // vocab // 2)
+        rows = []
+        for layer_id in self.layer_ids:
+            rng = np.random.default_rng(10007 * layer_id)
+            draws = rng.integers(low=0, high=bound, size=(self.max_ngram_size,), dtype=np.int64)
+            rows.append(draws * 2 + 1)
+        return np.stack(rows)
+
+    @cached_property
+    def primes(self) -> np.ndarray:
+        """Each draw is the smallest prime above the search start not yet taken by any layer;
+        the start restarts at ``engram_vocab_size - 1`` for every n-gram order."""
+        seen: set[int] = set()
+        out = np.zeros((len(self.layer_ids), self.max_ngram_size - 1, self.n_heads), dtype=np.int64)
+        for li in range(len(self.layer_ids)):
+            for oi in range(self.max_ngram_size - 1):
+                start = self.config.engram_vocab_size - 1
+                for head in range(self.n_heads):
+                    p = next_prime(start)
+                    while p in seen:
+                        p = next_prime(p)
+                    seen.add(p)
+                    out[li, oi, head] = start = p
+        return out
+
+    @cached_property
+    def column_primes(self) -> np.ndarray:
+        """Primes flattened to ``[n_layers, n_hash_cols]`` in column order."""
+        return self.primes.reshape(len(self.layer_ids), self.n_hash_cols)
+
+    @cached_property
+    def offsets(self) -> np.ndarray:
+        """Exclusive running sum of each layer's column primes: every layer starts at row 0."""
+        cp = self.column_primes
+        return np.cumsum(cp, axis=1) - cp
+
+    @cached_property
+    def rows_per_layer(self) -> np.ndarray:
+        return self.column_primes.sum(axis=1)
+
+    def check_against_config(self) -> None:
+        """Raise if the primes do not sum to the config's ``engram_num_embeddings``."""
+        want = np.asarray(self.config.engram_num_embeddings, dtype=np.int64)
+        if not np.array_equal(self.rows_per_layer, want):
+            raise ValueError(
+                f"config {self.config.name!r}: layout rows per layer {self.rows_per_layer.tolist()} "
+                f"differ from engram_num_embeddings {want.tolist()}"
+            )
+
+    def layer_index(self, layer: int) -> int:
+        if layer not in self.layer_ids:
+            raise ValueError(f"layer {layer} is not an Engram layer; expected one of {list(self.layer_ids)}")
+        return self.layer_ids.index(layer)
+
+    def column(self, order: int, head: int) -> int:
+        if order not in self.config.ngram_orders:
+            raise ValueError(f"n-gram order {order} out of range; expected one of {list(self.config.ngram_orders)}")
+        if not 0 <= head < self.n_heads:
+            raise ValueError(f"head {head} out of range; expected 0..{self.n_heads - 1}")
+        return (order - 2) * self.n_heads + head
+
+    def owner(self, layer: int, row: int) -> RowOwner:
+        """Which (order, head) of Engram layer ``layer`` owns table row ``row``."""
+        li = self.layer_index(layer)
+        n_rows = int(self.rows_per_layer[li])
+        if not 0 <= row < n_rows:
+            raise ValueError(f"row {row} out of range for layer {layer}; expected 0..{n_rows - 1}")
+        col = int(np.searchsorted(self.offsets[li], row, side="right") - 1)
+        return RowOwner(
+            layer=layer,
+            layer_index=li,
+            order=col // self.n_heads + 2,
+            head=col % self.n_heads,
+            column=col,
+            bucket=int(row - self.offsets[li, col]),
+        )
+
+    def ngram_rows(self, layer: int, compressed_ngram: list[int] | tuple[int, ...]) -> np.ndarray:
+        """The ``n_heads`` rows an n-gram of compressed ids lands in, for one layer.
+
+        ``compressed_ngram`` lists the n-gram oldest token first, e.g. ``(c[t-2], c[t-1], c[t])``
+        for a 3-gram ending at t; pad ids stand for blocked look-backs.
+        """
+        li = self.layer_index(layer)
+        order = len(compressed_ngram)
+        if order not in self.config.ngram_orders:
+            raise ValueError(f"an n-gram of {order} tokens; expected 2..{self.max_ngram_size}")
+        vocab = self.config.engram_compressed_vocab_size
+        for c in compressed_ngram:
+            if not 0 <= int(c) < vocab:
+                raise ValueError(f"compressed id {c} out of range; expected 0..{vocab - 1}")
+        mult = self.multipliers[li]
+        h = 0
+        for shift, c in enumerate(reversed(compressed_ngram)):  # shift 0 is the newest token
+            h ^= int(c) * int(mult[shift])
+        cols = [self.column(order, head) for head in range(self.n_heads)]
+        return np.array([h % int(self.column_primes[li, c]) + int(self.offsets[li, c]) for c in cols], dtype=np.int64)
+
+    def summary(self) -> dict:
+        """Plain-JSON description used by ``engram-viz layout``."""
+        return {
+            "config": self.config.name,
+            "compressed_vocab_size": self.config.engram_compressed_vocab_size,
+            "layer_ids": list(self.layer_ids),
+            "n_hash_cols": self.n_hash_cols,
+            "multipliers": self.multipliers.tolist(),
+            "primes": self.primes.tolist(),
+            "offsets": self.offsets.tolist(),
+            "rows_per_layer": self.rows_per_layer.tolist(),
+        }

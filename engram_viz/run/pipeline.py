@@ -1,0 +1,455 @@
+"""The runner: prompts -> tokenizer -> hasher -> Engram layers (on some residual streams) -> Trace.
+
+``Pipeline(checkpoint, streams=..., device=..., mode=...)`` puts the pieces together:
+
+- **weights**: ``checkpoint`` is ``None`` (the embedded default), a folder path or an opened
+  :class:`engram_viz.weights.checkpoint.Checkpoint`. A folder holding the *tiny Engram LM*
+  (``config.json`` with a ``tiny_lm`` section, see ``tiny_model``) runs as a whole model (its own
+  streams) unless other streams are asked for.
+- **streams** (what each Engram layer reads as ``x``; its label goes into every Trace):
+  ``"auto"`` (the model's own streams when the weights are a whole model, else embedding
+  streams), ``"model"``, ``"embedding"`` (``streams.embedding_streams``: the token embedding
+  repeated into hc streams, a proxy for later layers), a captured-streams safetensors path
+  (``streams.load_captured_streams``; the prompts are the file's ``input_ids``), or a callable
+  ``fn(input_ids [B, T], token_types [B, T], layer) -> x [B, T, hc, dim]``. In the Engram-only
+  modes every layer reads its own copy of the streams (layers are not chained).
+- **device**: ``None`` picks CUDA when available, else the CPU; tables stay on the host.
+
+``run(prompts, names=...) -> Trace``: prompts are strings, ``{"id", "category", "text"}`` dicts or
+objects with those attributes; ``<image:WxH>`` / ``<image:WxHpx>`` placeholders expand into image
+spans (``images.build_input``). Prompts run in batches of ``batch_size`` (right-padded; the hash
+and the gates of a position depend only on it and earlier positions, so padding changes
+nothing). Row ids, token mask and gates are always captured; ``names`` adds hook names or globs.
+Each batch's capture goes to the CPU and the next batch starts clean, so memory does not grow
+with the number of batches beyond what the Trace keeps. ``exposure=True`` adds the collision
+exposure of every position within the run's own prompts (``collisions.CollisionStats``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from engram_viz.config import TEXT, EngramConfig
+from engram_viz.core.engram import Engram, default_device
+from engram_viz.core.hashing import hash_prompt
+from engram_viz.run.capture import DEFAULT_NAMES, ActivationCache, HookFn, HookRegistry
+from engram_viz.run.trace import Trace, trace_from_cache
+from engram_viz.tiny.model import DEFAULT_DIR, checkpoint_label, is_tiny_lm_folder, load_tiny_model
+
+StreamsFn = Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class PromptInput:
+    """One prompt, built: raw ids and token types ``[T]`` (numpy int64)."""
+
+    id: str
+    category: str
+    text: str
+    input_ids: np.ndarray
+    token_types: np.ndarray
+
+
+def _get(p: Any, key: str, default: Any = None) -> Any:
+    if isinstance(p, Mapping):
+        return p.get(key, default)
+    return getattr(p, key, default)
+
+
+def _prompt_fields(p: Any, i: int) -> tuple[str, str, str | None, Any, Any]:
+    """``(id, category, text, input_ids, token_types)`` of a string, dict or object prompt."""
+    if isinstance(p, str):
+        return f"p{i}", "", p, None, None
+    if not isinstance(p, Mapping) and not hasattr(p, "text") and not hasattr(p, "input_ids"):
+        raise TypeError(f"prompt #{i} is a {type(p).__name__}; expected a string, a dict or an object with .text")
+    text, ids = _get(p, "text"), _get(p, "input_ids")
+    if text is None and ids is None:
+        raise ValueError(f"prompt #{i} ({_get(p, 'id', '?')!r}) has neither 'text' nor 'input_ids'")
+    return str(_get(p, "id", f"p{i}")), str(_get(p, "category", "") or ""), text, ids, _get(p, "token_types")
+
+
+def _default_weights() -> Any:
+    """The embedded default: the trained tiny Engram LM when present, else ``default_checkpoint()``."""
+    if is_tiny_lm_folder(DEFAULT_DIR):
+        return DEFAULT_DIR
+    from engram_viz.weights.checkpoint import default_checkpoint
+
+    return default_checkpoint()
+
+
+class Pipeline:
+    """Tokenizer + hasher + Engram layers + a stream source; see the module docstring."""
+
+    def __init__(
+        self,
+        checkpoint: Any = None,
+        *,
+        streams: str | Path | StreamsFn = "auto",
+        device: str | torch.device | None = None,
+        mode: str = "fp8",
+        batch_size: int = 8,
+        bos: bool = True,
+    ):
+        self.device = torch.device(device) if device is not None else default_device()
+        self.mode = mode
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        self.batch_size = batch_size
+        self.bos = bos
+        self.lm: torch.nn.Module | None = None
+        self.checkpoint = None
+        if checkpoint is None:
+            checkpoint = _default_weights()
+        whole_model = not (isinstance(streams, str) and streams == "embedding") and not callable(streams)
+        whole_model = whole_model and not (isinstance(streams, (str, Path)) and Path(streams).suffix == ".safetensors")
+        if isinstance(checkpoint, (str, Path)):
+            path = Path(checkpoint)
+            if not path.exists():
+                raise FileNotFoundError(f"checkpoint {path} does not exist; expected a checkpoint folder")
+            folder = path if path.is_dir() else path.parent
+            if is_tiny_lm_folder(folder) and whole_model:
+                self._load_tiny_lm(folder)
+            else:
+                from engram_viz.weights.checkpoint import open_checkpoint
+
+                checkpoint = open_checkpoint(path)
+        if self.lm is None:
+            folder = getattr(checkpoint, "path", None)
+            if is_tiny_lm_folder(folder) and whole_model:  # a tiny LM runs whole: its own streams
+                self._load_tiny_lm(Path(folder))
+            else:  # Engram layers only (a tiny LM too, when other streams are asked for)
+                self._load_checkpoint(checkpoint)
+        self._setup_streams(streams)
+
+    # -- set-up -----------------------------------------------------------------------------------
+
+    def _load_tiny_lm(self, folder: Path) -> None:
+        from engram_viz.core.tokenizer import get_tokenizer
+
+        self.lm = load_tiny_model(folder, mode=self.mode, device=self.device)
+        self.config: EngramConfig = self.lm.config
+        self.tokenizer = get_tokenizer(self.config)
+        self.engrams: dict[int, Engram] = {int(k): e for k, e in self.lm.engrams.items()}
+        self.model_label = checkpoint_label(folder)
+        self.registry = HookRegistry.from_module(self.lm)
+
+    def _load_checkpoint(self, checkpoint: Any) -> None:
+        from engram_viz.core.tokenizer import get_tokenizer
+
+        self.checkpoint = checkpoint
+        self.config = checkpoint.config
+        self.tokenizer = get_tokenizer(self.config, checkpoint.tokenizer_path)
+        self.engrams = {
+            n: Engram.from_weights(self.config, checkpoint.layer(n), mode=self.mode, device=self.device)
+            for n in self.config.engram_layer_ids
+        }
+        self.model_label = checkpoint.label
+        self.registry = HookRegistry()
+        for e in self.engrams.values():
+            self.registry.update(HookRegistry(e.hook_points()))
+
+    def _setup_streams(self, streams: str | Path | StreamsFn) -> None:
+        self._captured: Path | None = None
+        self._streams_fn: StreamsFn | None = None
+        if callable(streams):
+            self.streams_mode = "callable"
+            self._streams_fn = streams
+            self.streams_label = f"user streams from {getattr(streams, '__name__', type(streams).__name__)}"
+            return
+        if streams == "auto":
+            streams = "model" if self.lm is not None else "embedding"
+        if streams == "model":
+            if self.lm is None:
+                raise ValueError(
+                    "streams='model' needs weights that are a whole model (the tiny Engram LM); "
+                    f"{self.model_label!r} holds Engram layers only: use 'embedding' or a captured-streams file"
+                )
+            self.streams_mode = "model"
+            self.streams_label = (
+                "the model's own residual streams: a full forward of the tiny Engram LM "
+                "(each Engram layer reads the streams its preceding blocks produced)"
+            )
+            return
+        if streams == "embedding":
+            self.streams_mode = "embedding"
+            self.streams_label = ""  # filled from streams.embedding_streams on the first run
+            return
+        path = Path(streams)
+        if path.is_file():
+            from engram_viz.run.streams import captured_layers
+
+            layers = captured_layers(path)
+            missing = [n for n in self.config.engram_layer_ids if n not in layers]
+            if missing:
+                raise ValueError(f"{path} has no streams for Engram layers {missing} (it has {layers})")
+            self.streams_mode = "captured"
+            self._captured = path
+            self.streams_label = f"captured streams from {path.name}"
+            return
+        raise ValueError(
+            f"streams={streams!r}: expected 'auto', 'model', 'embedding', a captured-streams .safetensors file "
+            "or a callable (input_ids, token_types, layer) -> x"
+        )
+
+    @property
+    def layer_ids(self) -> tuple[int, ...]:
+        return tuple(self.config.engram_layer_ids)
+
+    def __repr__(self) -> str:
+        return (
+            f"Pipeline(config={self.config.name!r}, model={self.model_label!r}, streams={self.streams_mode!r}, "
+            f"device={self.device}, mode={self.mode!r})"
+        )
+
+    # -- prompts ----------------------------------------------------------------------------------
+
+    def build(self, prompts: str | Any | Sequence[Any]) -> list[PromptInput]:
+        """Tokenize prompts (image placeholders expanded) into :class:`PromptInput`."""
+        from engram_viz.run.images import build_input
+
+        if isinstance(prompts, (str, Mapping)) or hasattr(prompts, "text") or hasattr(prompts, "input_ids"):
+            prompts = [prompts]
+        out = []
+        for i, p in enumerate(prompts):
+            if _get(p, "text") is None and _get(p, "input_ids") is None and _get(p, "seed") is not None:
+                from engram_viz.run.prompts import Prompt
+
+                p = Prompt(
+                    str(_get(p, "id", f"p{i}")),
+                    str(_get(p, "category", "random_token")),
+                    None,
+                    int(_get(p, "seed")),
+                    int(_get(p, "length")),
+                )
+            if hasattr(p, "random_ids") and getattr(p, "is_random", False):  # a random-token control
+                from engram_viz.run.prompts import build_prompt
+
+                built = build_prompt(p, self.tokenizer, self.config, bos=self.bos)
+                out.append(
+                    PromptInput(
+                        p.id,
+                        p.category,
+                        f"<{p.length} random tokens, seed {p.seed}>",
+                        built.input_ids,
+                        built.token_types,
+                    )
+                )
+                continue
+            pid, cat, text, ids, types = _prompt_fields(p, i)
+            if ids is not None:  # pre-tokenized (e.g. random-token controls): used as given, no BOS added
+                ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+                types = np.full(len(ids), TEXT, np.int64) if types is None else np.asarray(types, np.int64).reshape(-1)
+                if len(types) != len(ids):
+                    raise ValueError(f"prompt {pid!r}: {len(types)} token_types for {len(ids)} input_ids")
+                if ids.size and (ids.min() < 0 or ids.max() >= self.config.vocab_size):
+                    raise ValueError(f"prompt {pid!r} holds token ids outside 0..{self.config.vocab_size - 1}")
+                text = text if text is not None else self.tokenizer.decode(ids)
+            else:
+                built = build_input(text, self.tokenizer, self.config, bos=self.bos)
+                ids, types = built.input_ids, built.token_types
+            if len(ids) == 0:
+                raise ValueError(f"prompt {pid!r} produced no tokens; give a non-empty text")
+            out.append(PromptInput(pid, cat, text, ids, types))
+        ids = [p.id for p in out]
+        dup = sorted({x for x in ids if ids.count(x) > 1})
+        if dup:
+            raise ValueError(f"prompt ids must be unique; repeated: {dup}")
+        return out
+
+    def _pad(self, batch: Sequence[PromptInput]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        t = max(len(p.input_ids) for p in batch)
+        ids = torch.full((len(batch), t), self.config.engram_pad_id, dtype=torch.int64)
+        types = torch.full((len(batch), t), TEXT, dtype=torch.int64)
+        for i, p in enumerate(batch):
+            ids[i, : len(p.input_ids)] = torch.from_numpy(p.input_ids)
+            types[i, : len(p.token_types)] = torch.from_numpy(p.token_types)
+        lengths = torch.tensor([len(p.input_ids) for p in batch], dtype=torch.int64)
+        return ids, types, lengths
+
+    # -- forward ----------------------------------------------------------------------------------
+
+    def _streams(self, ids: torch.Tensor, types: torch.Tensor, layer: int) -> torch.Tensor:
+        if self.streams_mode == "embedding":
+            from engram_viz.run.streams import embedding_streams
+
+            s = embedding_streams(self.checkpoint, ids, types)
+            self.streams_label = s.label
+            return s.x
+        if self.streams_mode == "captured":
+            from engram_viz.run.streams import load_captured_streams
+
+            s = load_captured_streams(self._captured, layer, self.config)
+            if not torch.equal(s.input_ids, ids):
+                raise ValueError(f"{self._captured}: its input_ids differ from the prompts being run")
+            self.streams_label = s.label.replace(f"entering Engram layer {layer} ", "")
+            return s.x
+        x = self._streams_fn(ids, types, layer)
+        from engram_viz.run.streams import check_streams
+
+        return check_streams(x, f"streams for layer {layer}", self.config)
+
+    def forward(self, input_ids: torch.Tensor, token_types: torch.Tensor | None = None) -> dict[int, torch.Tensor]:
+        """One forward over ``input_ids [B, T]``; returns each Engram layer's output ``[B, T, hc, dim]``
+        (whole-model mode: also ``-1`` -> the LM's logits). Hooks fire on the way."""
+        if token_types is None:
+            token_types = torch.full(input_ids.shape, TEXT, dtype=torch.int64)
+        mask = token_types < 0
+        hashes = hash_prompt(self.config, self.tokenizer.token_map, input_ids.cpu(), mask.cpu())
+        if self.lm is not None:
+            outs: dict[int, torch.Tensor] = {}
+            handles = [
+                e.hook_out.add_hook(lambda t, name, n=n: outs.__setitem__(n, t)) for n, e in self.engrams.items()
+            ]
+            try:
+                with torch.no_grad():
+                    outs[-1] = self.lm(input_ids.to(self.device), mask.to(self.device), hashes.to(self.device))
+            finally:
+                for h in handles:
+                    h.remove()
+            return outs
+        out = {}
+        with torch.no_grad():
+            for li, (n, engram) in enumerate(self.engrams.items()):
+                x = self._streams(input_ids, token_types, n)
+                out[n] = engram(x.to(self.device), hashes[:, :, li].to(self.device), mask.to(self.device))
+        return out
+
+    def run_with_cache(
+        self,
+        prompts: Any,
+        names: str | Iterable[str] | None = DEFAULT_NAMES,
+        device: str | None = "cpu",
+        hooks: Mapping[str, HookFn] | None = None,
+    ) -> tuple[dict[int, torch.Tensor], ActivationCache]:
+        """All prompts in one padded batch: ``(outputs, cache)`` (TransformerLens style)."""
+        ids, types, _ = self._pad(self.build(prompts))
+        return self.registry.run_with_cache(lambda: self.forward(ids, types), names, device, hooks)
+
+    def run(
+        self,
+        prompts: Any = None,
+        names: str | Iterable[str] | None = (),
+        *,
+        hooks: Mapping[str, HookFn] | None = None,
+        batch_size: int | None = None,
+        exposure: bool = True,
+        progress: bool = False,
+    ) -> Trace:
+        """Run ``prompts`` and return their :class:`Trace` (see the module docstring)."""
+        if self.streams_mode == "captured" and prompts is None:
+            built = self._captured_prompts()
+        elif prompts is None:
+            raise ValueError("run() needs prompts (strings, dicts or Prompt objects)")
+        else:
+            built = self.build(prompts)
+        extra = [names] if isinstance(names, str) else list(names or [])
+        wanted = list(DEFAULT_NAMES) + [n for n in extra if n not in DEFAULT_NAMES]
+        self.registry.resolve(wanted)  # a typo fails before any work
+        size = batch_size or self.batch_size
+        if self.streams_mode == "captured":
+            size = len(built)  # the file's batch runs as one
+        # batch prompts of similar length together (less padding); the Trace keeps the given order
+        order = sorted(range(len(built)), key=lambda i: len(built[i].input_ids))
+        chunks = [[built[i] for i in order[j : j + size]] for j in range(0, len(built), size)]
+        if progress:
+            from tqdm.auto import tqdm
+
+            chunks = tqdm(chunks, desc="engram-viz run", unit="batch")
+        parts = []
+        for chunk in chunks:
+            ids, types, lengths = self._pad(chunk)
+            _, cache = self.registry.run_with_cache(
+                lambda ids=ids, types=types: self.forward(ids, types), wanted, "cpu", hooks
+            )
+            parts.append(
+                trace_from_cache(
+                    cache,
+                    ids,
+                    layer_ids=self.layer_ids,
+                    tokenizer=self.tokenizer,
+                    model_label=self.model_label,
+                    streams_label=self.streams_label,
+                    token_types=types,
+                    lengths=lengths,
+                    prompt_ids=[p.id for p in chunk],
+                    categories=[p.category for p in chunk],
+                    texts=[p.text for p in chunk],
+                    meta=self._meta(),
+                )
+            )
+            del cache
+        labels = list(dict.fromkeys(part.streams_label for part in parts))
+        # batches with image spans add a clause to the embedding label; one label covers the run
+        label = max(labels, key=len) if all(x in max(labels, key=len) for x in labels) else " | ".join(labels)
+        for part in parts:
+            part.streams_label = label
+        self.streams_label = label
+        trace = Trace.concat(parts)
+        if trace.prompt_ids != [p.id for p in built]:
+            trace = trace.select([p.id for p in built])
+        if exposure:
+            trace.extras["exposure"] = collision_exposure(trace, self.config)
+        return trace
+
+    def _captured_prompts(self) -> list[PromptInput]:
+        from engram_viz.run.streams import load_captured_streams
+
+        s = load_captured_streams(self._captured, self.layer_ids[0], self.config)
+        types = s.token_types if s.token_types is not None else torch.full(s.input_ids.shape, TEXT)
+        return [
+            PromptInput(
+                f"captured-{i}",
+                "captured",
+                self.tokenizer.decode(s.input_ids[i]),
+                s.input_ids[i].numpy(),
+                types[i].to(torch.int64).numpy(),
+            )
+            for i in range(len(s.input_ids))
+        ]
+
+    def _meta(self) -> dict[str, Any]:
+        return {
+            "config": self.config.name,
+            "n_heads": self.config.engram_n_heads,
+            "hc_mult": self.config.hc_mult,
+            "pad_id": self.config.engram_pad_id,
+            "pad_compressed": int(self.tokenizer.token_map[self.config.engram_pad_id]),
+            "device": str(self.device),
+            "wkv_mode": self.mode,
+            "streams_mode": self.streams_mode,
+            "bos": self.bos,
+            "synthetic": bool(getattr(self.checkpoint, "synthetic", False)),
+        }
+
+
+def collision_exposure(trace: Trace, config: EngramConfig, stats: Any = None) -> torch.Tensor:
+    """int64 ``[B, T, n_layers]``: per position, how many of its 24 rows also hold a different n-gram
+    of the population - the trace's own text positions, plus ``stats`` (a ``CollisionStats`` of a
+    reference corpus) when given. 0 at image and padded positions."""
+    from engram_viz.analysis.collisions import CollisionStats
+
+    pop = CollisionStats(config)
+    if stats is not None:
+        pop.merge(stats)
+    valid = trace.valid
+    seqs = []
+    for i, n in enumerate(trace.lengths.tolist()):
+        c = trace.compressed_ids[i, :n].numpy()
+        mask = trace.token_types[i, :n].numpy() < 0
+        c = np.where(mask, c, int(trace.meta.get("pad_compressed", 2)))  # DEAD shows as -1; the mask says it
+        seqs.append((c, mask))
+        pop.add_compressed(c, mask)
+    out = torch.zeros((trace.batch_size, trace.seq_len, len(trace.layer_ids)), dtype=torch.int64)
+    if hasattr(pop, "exposure_ragged"):  # one pass over the population for all prompts
+        per_prompt = pop.exposure_ragged([c for c, _ in seqs], [m for _, m in seqs])
+    else:
+        per_prompt = [pop.exposure(c, m) for c, m in seqs]
+    for i, e in enumerate(per_prompt):
+        out[i, : len(e)] = torch.from_numpy(np.asarray(e, dtype=np.int64))
+    return out.masked_fill(~valid.unsqueeze(-1), 0)

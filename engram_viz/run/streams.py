@@ -1,0 +1,290 @@
+"""Where the residual streams ``x [B, T, hc_mult, dim]`` fed to an Engram layer come from.
+
+The Engram gate compares each stream with its key, so gates are only as true as the streams.
+Three sources, each returned as a :class:`Streams` whose ``label`` every output prints:
+
+(a) :func:`embedding_streams` - rows of the token embedding ``embed.weight`` repeated into
+    ``hc_mult`` streams. This is exactly what the reference feeds to layer 0, and the only
+    streams available without running the full model; for the Engram layers (V4.1-Flash: 1 and
+    14) it is a proxy, since the real streams have passed through the blocks before them.
+(b) :func:`load_captured_streams` - real streams dumped from a full-model run (format below).
+(c) :func:`streams_from_tensor` - any tensor the user supplies.
+
+Captured-streams file format (safetensors, written by :func:`save_captured_streams`)
+-------------------------------------------------------------------------------------
+
+==================  ==================  ====================================================
+tensor              shape, dtype        meaning
+==================  ==================  ====================================================
+``streams.L{n}``    [B, T, hc, dim]     the residual streams ``h`` entering Engram layer n:
+                    bf16 / f16 / f32    the first argument of ``layers[n].engram(h, ...)`` in
+                                        the reference ``Transformer.forward`` (one tensor per
+                                        captured layer, e.g. ``streams.L1``, ``streams.L14``)
+``input_ids``       [B, T] int64/int32  the raw token ids of that run (a full prefill from
+                                        position 0)
+``token_types``     [B, T] int64/int32  optional: TEXT = -1, image START/IMAGE/NEWLINE/END =
+                                        0/1/2/3 (reference section 6)
+==================  ==================  ====================================================
+
+Header ``__metadata__`` (all optional strings): ``model`` (e.g. ``DeepSeek-V4.1-Flash``),
+``revision``, ``description``. To dump from the reference code, register a forward pre-hook on
+each ``layer.engram`` that keeps ``args[0]`` (``h``), run one prefill, and pass the kept tensors
+with ``input_ids`` (and ``token_types``) to :func:`save_captured_streams`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from engram_viz.config import IMAGE_END, TEXT, EngramConfig, load_config
+
+STREAM_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+ID_DTYPES = (torch.int64, torch.int32)
+_STREAMS_NAME = re.compile(r"^streams\.L(\d+)$")
+
+
+@dataclass
+class Streams:
+    """Residual streams ``x [B, T, hc, dim]`` with an honest ``label`` and their ``source``
+    (``embedding``, ``captured`` or ``tensor``); ``layer`` is the Engram layer they enter when
+    known, ``input_ids``/``token_types`` ``[B, T]`` the tokens they belong to when known."""
+
+    x: torch.Tensor
+    label: str
+    source: str
+    layer: int | None = None
+    input_ids: torch.Tensor | None = None
+    token_types: torch.Tensor | None = None
+
+    @property
+    def token_mask(self) -> torch.Tensor | None:
+        """``[B, T]`` bool, False at image positions (``token_types >= 0``); None without token types."""
+        return None if self.token_types is None else self.token_types < 0
+
+    def __repr__(self) -> str:
+        return f"Streams({self.source}, x={list(self.x.shape)} {self.x.dtype}, {self.label!r})"
+
+
+# -- validation -------------------------------------------------------------------------------------
+
+
+def check_streams(x: Any, what: str, config: EngramConfig | None = None) -> torch.Tensor:
+    """Raise unless ``x`` is a finite floating tensor ``[B, T, hc, dim]`` (hc, dim from ``config``)."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{what} must be a torch.Tensor [B, T, hc, dim], got {type(x).__name__}")
+    if x.dtype not in STREAM_DTYPES:
+        raise TypeError(f"{what} must be bf16, f16 or f32 streams, got {x.dtype}")
+    if x.dim() != 4:
+        raise ValueError(f"{what} must have shape [B, T, hc, dim] (rank 4), got {list(x.shape)}")
+    if config is not None and tuple(x.shape[2:]) != (config.hc_mult, config.dim):
+        raise ValueError(
+            f"{what} has shape {list(x.shape)}; config {config.name!r} expects [B, T, {config.hc_mult}, {config.dim}]"
+        )
+    if x.numel() and not bool(torch.isfinite(x).all()):
+        raise ValueError(f"{what} holds non-finite values (NaN or inf)")
+    return x
+
+
+def _check_ids(ids: Any, what: str, bt: tuple[int, int], vocab: int | None = None) -> torch.Tensor:
+    if not isinstance(ids, torch.Tensor) or ids.dtype not in ID_DTYPES:
+        raise TypeError(
+            f"{what} must be an int64 or int32 tensor [B, T], got {getattr(ids, 'dtype', type(ids).__name__)}"
+        )
+    if tuple(ids.shape) != bt:
+        raise ValueError(f"{what} must have shape {list(bt)} (the streams' [B, T]), got {list(ids.shape)}")
+    if vocab is not None and ids.numel():
+        lo, hi = int(ids.min()), int(ids.max())
+        if lo < 0 or hi >= vocab:
+            raise ValueError(f"{what} holds token id {lo if lo < 0 else hi}; expected raw ids in 0..{vocab - 1}")
+    return ids.to(torch.int64)
+
+
+def _check_token_types(tt: Any, what: str, bt: tuple[int, int]) -> torch.Tensor:
+    tt = _check_ids(tt, what, bt)
+    if tt.numel():
+        lo, hi = int(tt.min()), int(tt.max())
+        if lo < TEXT or hi > IMAGE_END:
+            raise ValueError(f"{what} holds {lo if lo < TEXT else hi}; expected TEXT = -1 or image parts 0..3")
+    return tt
+
+
+def _as_id_matrix(raw_ids: Any, what: str) -> torch.Tensor:
+    ids = torch.as_tensor(raw_ids)
+    if ids.dim() == 1:
+        ids = ids.unsqueeze(0)
+    if ids.dim() != 2 or ids.dtype not in ID_DTYPES:
+        raise ValueError(f"{what} must be int token ids [T] or [B, T], got {ids.dtype} {list(ids.shape)}")
+    return ids.to(torch.int64)
+
+
+# -- (a) embedding streams -------------------------------------------------------------------------
+
+
+def embedding_streams(checkpoint: Any, raw_ids: Any, token_types: torch.Tensor | None = None) -> Streams:
+    """Rows of ``embed.weight`` for ``raw_ids`` (``[T]`` or ``[B, T]``) repeated into ``hc_mult``
+    streams, as the reference builds the input of layer 0: bf16 ``[B, T, hc, dim]``.
+
+    ``checkpoint`` needs ``config``, ``embed`` (``rows(raw_ids) -> [..., dim]``), ``label`` and
+    ``synthetic``. Image positions (``token_types >= 0``) carry the image token's embedding, not
+    vision features; their Engram gates are shut, so they pass through unchanged either way.
+    """
+    config = checkpoint.config
+    ids = _as_id_matrix(raw_ids, "raw_ids")
+    bt = (ids.shape[0], ids.shape[1])
+    _check_ids(ids, "raw_ids", bt, config.vocab_size)
+    if token_types is not None:
+        token_types = _check_token_types(_as_id_matrix(token_types, "token_types"), "token_types", bt)
+    rows = checkpoint.embed.rows(ids)
+    if tuple(rows.shape) != (*bt, config.dim):
+        raise ValueError(f"embed.rows returned {list(rows.shape)}; expected {[*bt, config.dim]}")
+    x = rows.unsqueeze(2).repeat(1, 1, config.hc_mult, 1)
+    weights = checkpoint.label
+    if checkpoint.synthetic and "SYNTHETIC" not in weights:
+        weights += ", SYNTHETIC weights"
+    label = (
+        f"embedding streams: embed.weight rows repeated into {config.hc_mult} streams ({weights}) - "
+        f"the true input of layer 0; only a proxy for the streams entering Engram layers "
+        f"{', '.join(str(n) for n in config.engram_layer_ids)}"
+    )
+    if token_types is not None and bool((token_types >= 0).any()):
+        label += "; image positions carry the image token's embedding, not vision features"
+    return Streams(x, label, "embedding", None, ids, token_types)
+
+
+# -- (b) captured streams --------------------------------------------------------------------------
+
+
+def captured_layers(path: str | Path) -> list[int]:
+    """The Engram layers a captured-streams file holds streams for (sorted)."""
+    from safetensors import SafetensorError, safe_open
+
+    path = _existing(path)
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            names = list(f.keys())
+    except SafetensorError as err:
+        raise ValueError(f"{path} is not a readable safetensors file: {err}") from None
+    return sorted(int(m.group(1)) for k in names if (m := _STREAMS_NAME.match(k)))
+
+
+def _existing(path: str | Path) -> Path:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"captured-streams file {path} does not exist")
+    return path
+
+
+def load_captured_streams(
+    path: str | Path, layer: int | None = None, config: EngramConfig | str | None = None
+) -> Streams:
+    """Streams entering Engram layer ``layer`` from a captured-streams safetensors file (format in
+    the module docstring). ``layer`` may be left out when the file holds one layer. With ``config``
+    the stream shape is checked against ``hc_mult`` and ``dim``, and ``layer`` must be an Engram layer."""
+    from safetensors import SafetensorError, safe_open
+
+    path = _existing(path)
+    config = load_config(config) if config is not None else None
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            names = set(f.keys())
+            meta = f.metadata() or {}
+            layers = sorted(int(m.group(1)) for k in names if (m := _STREAMS_NAME.match(k)))
+            if not layers:
+                raise ValueError(f"{path}: no 'streams.L<layer>' tensor found; tensors present: {sorted(names)}")
+            if layer is None:
+                if len(layers) > 1:
+                    raise ValueError(f"{path} holds streams for layers {layers}; pass layer= to pick one")
+                layer = layers[0]
+            if layer not in layers:
+                raise ValueError(f"{path}: no 'streams.L{layer}' tensor; the file has streams for layers {layers}")
+            if "input_ids" not in names:
+                raise ValueError(f"{path}: tensor 'input_ids' [B, T] is missing (tensors present: {sorted(names)})")
+            x = f.get_tensor(f"streams.L{layer}")
+            input_ids = f.get_tensor("input_ids")
+            token_types = f.get_tensor("token_types") if "token_types" in names else None
+    except SafetensorError as err:
+        raise ValueError(f"{path} is not a readable safetensors file: {err}") from None
+    if config is not None and layer not in config.engram_layer_ids:
+        raise ValueError(
+            f"{path}: layer {layer} is not an Engram layer of config {config.name!r} {list(config.engram_layer_ids)}"
+        )
+    x = check_streams(x, f"{path}: streams.L{layer}", config)
+    bt = (x.shape[0], x.shape[1])
+    input_ids = _check_ids(input_ids, f"{path}: input_ids", bt, config.vocab_size if config else None)
+    if token_types is not None:
+        token_types = _check_token_types(token_types, f"{path}: token_types", bt)
+    about = ", ".join(f"{k} {meta[k]}" for k in ("model", "revision", "description") if meta.get(k))
+    label = f"captured streams entering Engram layer {layer} from {path.name}" + (f" ({about})" if about else "")
+    return Streams(x, label, "captured", layer, input_ids, token_types)
+
+
+def save_captured_streams(
+    path: str | Path,
+    streams: dict[int, torch.Tensor],
+    input_ids: torch.Tensor,
+    token_types: torch.Tensor | None = None,
+    metadata: dict[str, str] | None = None,
+) -> Path:
+    """Write ``{layer: x [B, T, hc, dim]}`` with ``input_ids`` (and ``token_types``) in the
+    captured-streams format; atomic (temporary file in the same folder, then ``os.replace``)."""
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    if not streams:
+        raise ValueError("streams is empty; expected {layer: tensor [B, T, hc, dim]}")
+    tensors: dict[str, torch.Tensor] = {}
+    bt = None
+    for layer, x in streams.items():
+        x = check_streams(x, f"streams[{layer}]")
+        if bt is not None and tuple(x.shape[:2]) != bt:
+            raise ValueError(f"streams[{layer}] has [B, T] = {list(x.shape[:2])}, other layers have {list(bt)}")
+        bt = tuple(x.shape[:2])
+        tensors[f"streams.L{int(layer)}"] = x.detach().cpu().contiguous()
+    tensors["input_ids"] = _check_ids(input_ids, "input_ids", bt).cpu().contiguous()
+    if token_types is not None:
+        tensors["token_types"] = _check_token_types(token_types, "token_types", bt).cpu().contiguous()
+    meta = {str(k): str(v) for k, v in (metadata or {}).items()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        save_file(tensors, tmp, metadata=meta)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+# -- (c) a user tensor -----------------------------------------------------------------------------
+
+
+def streams_from_tensor(
+    x: torch.Tensor,
+    config: EngramConfig | str | None = None,
+    label: str = "user tensor",
+    layer: int | None = None,
+    input_ids: torch.Tensor | None = None,
+    token_types: torch.Tensor | None = None,
+) -> Streams:
+    """Wrap a user tensor ``x [B, T, hc, dim]`` (validated: dtype, rank, finite; shape against
+    ``config`` when given). ``label`` says what the tensor is."""
+    config = load_config(config) if config is not None else None
+    x = check_streams(x, "x", config)
+    if config is not None and layer is not None and layer not in config.engram_layer_ids:
+        raise ValueError(
+            f"layer {layer} is not an Engram layer of config {config.name!r} {list(config.engram_layer_ids)}"
+        )
+    bt = (x.shape[0], x.shape[1])
+    if input_ids is not None:
+        input_ids = _check_ids(input_ids, "input_ids", bt, config.vocab_size if config else None)
+    if token_types is not None:
+        token_types = _check_token_types(token_types, "token_types", bt)
+    return Streams(x, f"user tensor: {label}", "tensor", layer, input_ids, token_types)

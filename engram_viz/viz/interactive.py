@@ -1,0 +1,219 @@
+"""plotly figures for exploring in a notebook: hover shows token, position, stream, gate, the 24
+row ids and the collision exposure of each cell. plotly is imported lazily (``notebook`` extra).
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from engram_viz.viz.frames import (
+    GATE_COLUMNS,
+    gate_table,
+    pick_layers,
+    pick_one,
+    reduce_streams,
+    require_columns,
+    row_ids_text,
+    stream_columns,
+)
+from engram_viz.viz.style import HEAT_CMAP, HTML_FONT_STACK, Theme, display_piece, get_theme, text_color_on
+
+
+def _cividis(value: float):
+    from matplotlib import colormaps
+
+    return colormaps[HEAT_CMAP](float(np.clip(value, 0.0, 1.0)))
+
+
+def _plotly():
+    try:
+        import plotly.graph_objects as go
+        from plotly.subplots import make_subplots
+    except ImportError as err:  # pragma: no cover - plotly is in the notebook extra
+        raise ImportError("interactive figures need plotly: pip install 'engram-viz[notebook]'") from err
+    return go, make_subplots
+
+
+def _plotly_text(piece: str) -> str:
+    """A token piece safe for plotly's pseudo-HTML text (so '<br>' in code shows as text)."""
+    return html.escape(display_piece(piece), quote=False)
+
+
+def gate_heatmap_interactive(
+    gates: pd.DataFrame,
+    prompt: str | None = None,
+    *,
+    layer: int | Sequence[int] | None = None,
+    rows: pd.DataFrame | None = None,
+    theme: str | Theme = "light",
+    width: int | None = None,
+    height: int | None = None,
+):
+    """A plotly figure: a token strip (coloured by the mean gate of the first layer drawn) above a
+    (layer, stream) x position gate heatmap. Hover: token, position, layer/stream, gate, collision
+    exposure (when the frame has it) and the position's 24 row ids (when ``rows`` is given).
+
+    gates: prompt, position, token, is_image, layer, stream, gate [+ exposure];
+    rows (optional): prompt, position, layer, order, head, row.
+    """
+    go, make_subplots = _plotly()
+    require_columns(gates, GATE_COLUMNS, "gates")
+    prompt = pick_one(gates, "prompt", prompt, "gates")
+    layers = pick_layers(gates, layer, "gates")
+    t = get_theme(theme)
+    tables = [gate_table(gates, prompt, lay) for lay in layers]
+    base = tables[0]
+    n = len(base)
+    tokens = [_plotly_text(p) for p in base["token"]]
+    image = base["is_image"].to_numpy()
+    positions = base.index.to_numpy()
+
+    z, ylabels, custom = [], [], []
+    for lay, table in zip(layers, tables):
+        if len(table) != n:
+            raise ValueError(
+                f"prompt {prompt!r} has {len(table)} positions at layer {lay} but {n} at layer {layers[0]}"
+            )
+        exposure = table["exposure"].astype(int).astype(str).tolist() if "exposure" in table else ["n/a"] * n
+        row_text = row_ids_text(rows, prompt, lay, sep="<br>")
+        ids = [row_text.get(int(p), "row ids: pass rows=") for p in positions]
+        for s in stream_columns(table):
+            values = table[s].to_numpy(dtype=float)
+            z.append([None if img else float(v) for v, img in zip(values, image)])
+            ylabels.append(f"L{lay} s{int(s)}")
+            custom.append([[tok, f"{e}/24", r] for tok, e, r in zip(tokens, exposure, ids)])
+
+    strip = reduce_streams(tables[0], "mean")
+    strip_z = [[None if img else float(v) for v, img in zip(strip, image)]]
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.3, 0.7], vertical_spacing=0.02)
+    fig.add_trace(
+        go.Heatmap(
+            z=strip_z,
+            x=positions,
+            y=["tokens"],
+            zmin=0,
+            zmax=1,
+            colorscale=HEAT_CMAP.capitalize(),
+            showscale=False,
+            xgap=1,
+            hoverongaps=False,
+            customdata=np.array([custom[0]], dtype=object),
+            hovertemplate="token %{customdata[0]}<br>position %{x}<br>mean gate (layer "
+            f"{layers[0]}) %{{z:.3f}}<br>collision exposure %{{customdata[1]}}<extra></extra>",
+        ),
+        row=1,
+        col=1,
+    )
+    for p, tok, img, v in zip(positions, tokens, image, strip):
+        if img:
+            continue
+        fig.add_annotation(
+            x=p,
+            y="tokens",
+            text=tok,
+            textangle=-90,
+            showarrow=False,
+            xref="x",
+            yref="y",
+            font={"size": 11, "color": text_color_on(_cividis(v))},
+        )
+    fig.add_trace(
+        go.Heatmap(
+            z=z,
+            x=positions,
+            y=ylabels,
+            zmin=0,
+            zmax=1,
+            colorscale=HEAT_CMAP.capitalize(),
+            xgap=1,
+            hoverongaps=False,
+            customdata=np.array(custom, dtype=object),
+            colorbar={"title": {"text": "gate"}, "len": 0.8, "y": 0.42},
+            hovertemplate="token %{customdata[0]}<br>position %{x}<br>%{y}<br>gate %{z:.4f}"
+            "<br>collision exposure %{customdata[1]}<br>%{customdata[2]}<extra></extra>",
+        ),
+        row=2,
+        col=1,
+    )
+    fig.update_xaxes(showgrid=False, zeroline=False)
+    fig.update_yaxes(showgrid=False, zeroline=False)
+    fig.update_yaxes(autorange="reversed", row=2, col=1)
+    fig.update_yaxes(showticklabels=False, row=1, col=1)
+    fig.update_xaxes(title_text="position", row=2, col=1)
+    fig.update_layout(
+        template=t.plotly_template,
+        title={"text": f"{html.escape(str(prompt))}: gates per stream (image positions grey)", "x": 0.01},
+        width=width or int(np.clip(160 + 26 * n, 600, 1800)),
+        height=height or 250 + 30 * len(ylabels),
+        paper_bgcolor=t.background,
+        plot_bgcolor=t.image,
+        font={"family": HTML_FONT_STACK, "color": t.foreground},
+        margin={"l": 60, "r": 20, "t": 50, "b": 40},
+    )
+    return fig
+
+
+def gate_difference_interactive(
+    diff: pd.DataFrame, *, theme: str | Theme = "light", width: int | None = None, height: int | None = None
+):
+    """A plotly heatmap of gate B - gate A per aligned token (x) and (layer, stream) (y); hover shows
+    both tokens, their positions and the two gates. Diverging map scaled to the largest absolute
+    difference (at least 0.05); tokens only in one prompt are gaps.
+
+    diff: pair, kind, position_a, position_b, token_a, token_b, layer, stream, gate_a, gate_b, diff
+    (``engram_viz.apps.widgets.gate_difference``).
+    """
+    from engram_viz.viz.paper import _diff_matrix
+
+    go, _ = _plotly()
+    matrix, rows, labels, scale = _diff_matrix(diff)
+    t = get_theme(theme)
+    a, b = diff.attrs.get("prompts", ("A", "B"))
+    first = diff.drop_duplicates("pair").set_index("pair").sort_index()
+    info = [
+        f"{b} {_plotly_text(tb) if pb >= 0 else '-'} (pos {pb if pb >= 0 else '-'}) / "
+        f"{a} {_plotly_text(ta) if pa >= 0 else '-'} (pos {pa if pa >= 0 else '-'}), {kind}"
+        for ta, tb, pa, pb, kind in zip(
+            first["token_a"], first["token_b"], first["position_a"], first["position_b"], first["kind"]
+        )
+    ]
+    z = [[None if not np.isfinite(v) else float(v) for v in row] for row in matrix]
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=list(range(len(labels))),
+            y=rows,
+            zmin=-scale,
+            zmax=scale,
+            colorscale="RdBu_r",  # ColorBrewer RdBu: colour-blind safe
+            xgap=1,
+            hoverongaps=False,
+            customdata=np.array([info] * len(rows), dtype=object),
+            colorbar={"title": {"text": f"{b} - {a}"}},
+            hovertemplate="%{customdata}<br>%{y}<br>difference %{z:+.4f}<extra></extra>",
+        )
+    )
+    fig.update_xaxes(
+        tickmode="array",
+        tickvals=list(range(len(labels))),
+        ticktext=[_plotly_text(s) for s in labels],
+        tickangle=-90,
+        showgrid=False,
+        zeroline=False,
+    )
+    fig.update_yaxes(autorange="reversed", showgrid=False, zeroline=False)
+    fig.update_layout(
+        template=t.plotly_template,
+        title={"text": f"gate {html.escape(str(b))} - gate {html.escape(str(a))} per aligned token", "x": 0.01},
+        width=width or int(np.clip(160 + 18 * len(labels), 600, 1800)),
+        height=height or 220 + 26 * len(rows),
+        paper_bgcolor=t.background,
+        plot_bgcolor=t.image,
+        font={"family": HTML_FONT_STACK, "color": t.foreground},
+        margin={"l": 60, "r": 20, "t": 50, "b": 80},
+    )
+    return fig

@@ -1,0 +1,244 @@
+"""The corpus job: document reading, streaming counts == per-document hashing, tables, CLI."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from engram_viz.analysis import corpus as corpus_mod
+from engram_viz.analysis.corpus import (
+    CorpusError,
+    count_corpus,
+    default_corpus_files,
+    iter_documents,
+    kjv_chapters_text,
+    run_corpus,
+    unwrap_paragraphs,
+)
+from engram_viz.analysis.ngrams import NgramCounts, StreamWindows, rows_from_windows
+from engram_viz.cli import main
+from engram_viz.config import load_config
+from engram_viz.core.hashing import hash_prompt
+from engram_viz.core.layout import EngramLayout
+from engram_viz.core.tokenizer import BOS_ID
+
+TEXT = (
+    "In the beginning God created the heaven and the earth.\n"
+    "And the earth was without form, and void.\n"
+    "\n"
+    "Alexander the Great tamed Bucephalus.\n"
+    "\n\n"
+    "中国古代的四大发明是造纸术、指南针、火药和印刷术。\n"
+    "张仲景是东汉末年的名医。\n"
+)
+PARAGRAPHS = [
+    "In the beginning God created the heaven and the earth.\nAnd the earth was without form, and void.",
+    "Alexander the Great tamed Bucephalus.",
+    "中国古代的四大发明是造纸术、指南针、火药和印刷术。\n张仲景是东汉末年的名医。",
+]
+
+
+@pytest.fixture()
+def text_file(tmp_path) -> Path:
+    path = tmp_path / "small.txt"
+    path.write_text(TEXT, encoding="utf-8")
+    return path
+
+
+def _counts_per_document(cfg, tokenizer, docs: list[str], bos: bool = True) -> NgramCounts:
+    counts = NgramCounts(cfg)
+    for d in docs:
+        ids = ([BOS_ID] if bos else []) + tokenizer.encode(d)
+        counts.add_compressed(tokenizer.compress(ids))
+    return counts
+
+
+def test_iter_documents_modes(tmp_path, text_file):
+    assert [t for t, _ in iter_documents(text_file)] == PARAGRAPHS
+    assert [t for t, _ in iter_documents(text_file, doc_mode="line")] == [ln for ln in TEXT.splitlines() if ln]
+    assert [t for t, _ in iter_documents(text_file, doc_mode="file")] == [TEXT]
+    gz = tmp_path / "small.txt.gz"
+    gz.write_bytes(gzip.compress(TEXT.encode()))
+    assert [t for t, _ in iter_documents(gz)] == PARAGRAPHS
+    jl = tmp_path / "d.jsonl"
+    jl.write_text("\n".join(json.dumps({"text": p, "n": i}) for i, p in enumerate(PARAGRAPHS)) + "\n\n")
+    assert [t for t, _ in iter_documents(jl)] == PARAGRAPHS
+    other = tmp_path / "d2.jsonl"
+    other.write_text(json.dumps({"body": "x"}) + "\n")
+    assert [t for t, _ in iter_documents(other, text_field="body")] == ["x"]
+
+
+def test_long_documents_are_cut_at_line_ends_and_continue(text_file):
+    pieces = list(iter_documents(text_file, max_doc_chars=60))
+    assert "".join(t for t, _ in pieces[:2]).rstrip("\n") == PARAGRAPHS[0]
+    assert [c for _, c in pieces[:3]] == [False, True, False]
+    for mode in ("line", "file", "paragraph"):
+        joined, docs = "", []
+        for t, cont in iter_documents(text_file, doc_mode=mode, max_doc_chars=25):
+            if not cont and joined:
+                docs.append(joined)
+                joined = ""
+            joined += t
+        docs.append(joined)
+        full = [t for t, _ in iter_documents(text_file, doc_mode=mode)]
+        assert [d.rstrip("\n") for d in docs] == [d.rstrip("\n") for d in full]
+
+
+def test_bad_inputs(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "ok"}\nnot json\n')
+    with pytest.raises(CorpusError, match="bad.jsonl:2: not valid JSON"):
+        list(iter_documents(bad))
+    bad.write_text('{"title": "no text"}\n')
+    with pytest.raises(CorpusError, match="string field 'text'"):
+        list(iter_documents(bad))
+    with pytest.raises(CorpusError, match="does not exist"):
+        count_corpus([tmp_path / "missing.txt"], progress=False)
+    with pytest.raises(CorpusError, match="doc_mode"):
+        list(iter_documents(bad, doc_mode="chapter"))
+
+
+@pytest.mark.parametrize("config_name", ["tiny", "v41-flash"])
+def test_counts_equal_per_document_hashing(config_name, text_file, tokenizer):
+    cfg = load_config(config_name)
+    stats = count_corpus([text_file], cfg, tokenizer, progress=False)
+    assert stats.counts == _counts_per_document(cfg, tokenizer, PARAGRAPHS)
+    assert stats.documents == 3 and stats.tokens == sum(len(tokenizer.encode(p)) + 1 for p in PARAGRAPHS)
+    assert stats.raw_counts.sum() == stats.tokens and not stats.truncated
+    no_bos = count_corpus([text_file], cfg, tokenizer, bos=False, progress=False)
+    assert no_bos.counts == _counts_per_document(cfg, tokenizer, PARAGRAPHS, bos=False)
+
+
+def test_batching_and_file_split_change_nothing(tmp_path, text_file, tokenizer):
+    cfg = load_config("tiny")
+    one = count_corpus([text_file], cfg, tokenizer, progress=False)
+    tiny_batches = count_corpus([text_file], cfg, tokenizer, batch_chars=10, progress=False)
+    assert tiny_batches.counts == one.counts
+    # two shards, counted separately and merged, equal the whole
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_text(PARAGRAPHS[0] + "\n\n" + PARAGRAPHS[1] + "\n")
+    b.write_text(PARAGRAPHS[2] + "\n")
+    merged = count_corpus([a], cfg, tokenizer, progress=False).counts.merge(
+        count_corpus([b], cfg, tokenizer, progress=False).counts
+    )
+    assert merged == one.counts == count_corpus([a, b], cfg, tokenizer, progress=False).counts
+
+
+def test_cut_documents_stay_one_sequence(text_file, tokenizer):
+    """A paragraph cut into pieces is hashed as one sequence (the window carries over the cut)."""
+    cfg = load_config("tiny")
+    stats = count_corpus([text_file], cfg, tokenizer, max_doc_chars=60, progress=False)
+    pieces = list(iter_documents(text_file, max_doc_chars=60))
+    seqs, cur = [], []
+    for t, cont in pieces:
+        if not cont and cur:
+            seqs.append(cur)
+            cur = []
+        cur += ([] if cont else [BOS_ID]) + tokenizer.encode(t)
+    seqs.append(cur)
+    expected = NgramCounts(cfg)
+    for s in seqs:
+        expected.add_compressed(tokenizer.compress(s))
+    assert stats.counts == expected and stats.documents == 3
+
+
+def test_stream_hash_of_corpus_equals_ngram_hasher(text_file, tokenizer):
+    """The numpy hash over the corpus's 1D stream (documents as sequence starts) == NgramHasher."""
+    cfg = load_config("v41-flash")
+    docs = [[BOS_ID, *tokenizer.encode(p)] for p in PARAGRAPHS]
+    ids = np.concatenate([np.array(d) for d in docs])
+    starts = np.zeros(len(ids), bool)
+    starts[np.cumsum([0] + [len(d) for d in docs[:-1]])] = True
+    rows = rows_from_windows(EngramLayout(cfg), StreamWindows(cfg, tokenizer.token_map)(ids, starts))
+    ref = np.concatenate([hash_prompt(cfg, tokenizer.token_map, torch.tensor([d]))[0].numpy() for d in docs])
+    assert np.array_equal(rows, ref)
+
+
+def test_max_tokens(text_file, tokenizer):
+    stats = count_corpus([text_file], "tiny", tokenizer, max_tokens=7, progress=False)
+    assert stats.tokens == 7 and stats.truncated and stats.counts.n_positions == 7
+    ids = [BOS_ID, *tokenizer.encode(PARAGRAPHS[0])][:7]
+    expected = NgramCounts("tiny")
+    expected.add_compressed(tokenizer.compress(ids))
+    assert stats.counts == expected
+    with pytest.raises(CorpusError, match="positive"):
+        count_corpus([text_file], "tiny", tokenizer, max_tokens=0, progress=False)
+
+
+def test_run_corpus_writes_tables(tmp_path, text_file, tokenizer):
+    out = tmp_path / "out"
+    result = run_corpus([text_file], out, "tiny", tokenizer, top=3, save_counts=True, progress=False)
+    names = {
+        "row_usage_columns",
+        "row_usage_hit_histogram",
+        "row_usage_rank_frequency",
+        "row_usage_hot_rows",
+        "collisions_columns",
+        "collisions_heads_shared",
+        "collisions_examples",
+        "collisions_top_ngrams",
+        "corpus_files",
+    }
+    assert set(result.tables) == names
+    for name in names:
+        a, b = pd.read_parquet(out / f"{name}.parquet"), pd.read_csv(out / f"{name}.csv")
+        assert len(a) == len(b) == len(result.tables[name]) and list(a.columns) == list(b.columns)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["tokens"] == result.stats.tokens and summary["documents"] == 3
+    assert summary["tables"] == sorted(names) and summary["config"] == "tiny"
+    assert NgramCounts.load(out / "ngram_counts.npz", "tiny") == result.stats.counts
+    assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+    cov = pd.read_parquet(out / "row_usage_columns.parquet")
+    assert cov.hits.groupby(cov.layer).sum().eq(result.stats.tokens * 24).all()
+
+
+def test_cli_corpus(tmp_path, text_file, capsys):
+    out = tmp_path / "cli"
+    assert main(["corpus", str(text_file), "--out", str(out), "--max-tokens", "20", "--no-progress", "--top", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert "20 tokens" in printed and "wrote 9 tables" in printed
+    assert (out / "collisions_columns.parquet").is_file() and (out / "summary.json").is_file()
+    assert json.loads((out / "summary.json").read_text())["truncated"] is True
+    assert main(["corpus", str(tmp_path / "nope.txt"), "--out", str(out), "--no-progress"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_kjv_and_zh_text_shaping():
+    printed = "\nGenesis 1\n\n  1 In the beginning.\n  2 And the earth\nwas void.\n\nGenesis 2\n\n  1 Thus.\n"
+    assert kjv_chapters_text(printed) == "Genesis 1\nIn the beginning. And the earth was void.\n\nGenesis 2\nThus.\n"
+    assert (
+        unwrap_paragraphs("  这是一\n  份指南 and\n  more text\n\n第二段\n") == "这是一份指南 and more text\n\n第二段\n"
+    )
+
+
+def test_default_corpus_missing_package_names_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("ENGRAM_VIZ_CACHE", str(tmp_path))
+    monkeypatch.setattr(corpus_mod.shutil, "which", lambda name: None)
+    with pytest.raises(CorpusError, match="bible-kjv-text"):
+        default_corpus_files()
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "kjv-chapters-v1.txt").write_text("cached\n")
+    monkeypatch.setattr(corpus_mod, "ZH_REFERENCE", tmp_path / "missing.txt.gz")
+    with pytest.raises(CorpusError, match="debian-reference-zh-cn"):
+        default_corpus_files()
+
+
+@pytest.mark.skipif(
+    shutil.which("bible") is None or not corpus_mod.ZH_REFERENCE.is_file(),
+    reason="system packages bible-kjv / debian-reference-zh-cn not installed (.ci/system-deps.sh installs them)",
+)
+def test_default_corpus_has_over_a_million_tokens(tokenizer):
+    files = default_corpus_files()
+    assert [f.name for f in files] == ["kjv-chapters-v1.txt", "debian-reference-zh-cn-v1.txt"]
+    kjv = files[0].read_text(encoding="utf-8")
+    assert kjv.startswith("Genesis 1\nIn the beginning God created the heaven and the earth.")
+    assert kjv.count("\n\n") + 1 == 1189  # chapters
+    stats = count_corpus(files, "tiny", tokenizer, progress=False)
+    assert stats.tokens > 1_000_000 and stats.files[1]["tokens"] > 100_000

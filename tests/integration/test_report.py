@@ -1,0 +1,137 @@
+"""report: the main job writes an offline HTML report, tidy tables and figures, stating its provenance."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from engram_viz.apps.report import TABLE_FORMATS
+from engram_viz.cli import main
+from engram_viz.run.prompts import load_prompts
+from engram_viz.run.trace import Trace
+
+REMOTE = re.compile(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//|url\(\s*["']?\s*(?:https?:)?//""", re.IGNORECASE)
+
+
+@pytest.fixture(scope="module")
+def report_dir(tmp_path_factory) -> Path:
+    """``engram-viz report --out DIR`` on the default prompt set and weights, as the README runs it."""
+    out = tmp_path_factory.mktemp("report") / "out"
+    cmd = [sys.executable, "-m", "engram_viz.cli", "report", "--out", str(out), "--device", "cpu"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "report:" in proc.stdout and "engram-viz report: running" in proc.stderr
+    return out
+
+
+def test_html_is_self_contained_and_states_provenance(report_dir):
+    page = (report_dir / "report.html").read_text(encoding="utf-8")
+    manifest = json.loads((report_dir / "manifest.json").read_text())
+    prov = manifest["provenance"]
+    assert "<script" not in page.lower()
+    assert not REMOTE.search(page), REMOTE.search(page)
+    assert html.escape(prov["model"]) in page and html.escape(prov["streams"]) in page
+    if prov["synthetic"]:
+        assert "Synthetic weights." in page
+    # every figure is embedded as a data URI; its files are linked relatively
+    assert page.count("data:image/png;base64,") == len(manifest["figures"])
+    for name in manifest["figures"]:
+        assert f'href="figures/{name}.svg"' in page
+    # token-coloured text of every prompt, for every layer, with tooltips
+    prompts = load_prompts()
+    for p in prompts:
+        assert html.escape(p.id) in page
+    assert page.count('class="ev-tok"') > 1000
+    assert prov["n_prompts"] == len(prompts) and prov["n_image_positions"] > 0
+
+
+def test_tables(report_dir):
+    manifest = json.loads((report_dir / "manifest.json").read_text())
+    expected = {"gates", "rows", "tokens", "gate_summary", "usage_columns", "rank_frequency", "hot_rows"}
+    expected |= {"collision_columns", "heads_shared", "collision_examples"}
+    assert expected <= set(manifest["tables"])
+    for name in expected:
+        for fmt in TABLE_FORMATS:
+            assert (report_dir / "tables" / f"{name}.{fmt}").is_file(), (name, fmt)
+    gates = pd.read_parquet(report_dir / "tables" / "gates.parquet")
+    assert list(gates.columns[:3]) == ["prompt", "category", "position"]
+    assert {"token", "is_image", "layer", "stream", "gate", "exposure"} <= set(gates.columns)
+    assert (gates.loc[gates.is_image, "gate"] == 0).all() and gates.is_image.any()
+    assert set(gates.category) == {p.category for p in load_prompts()}
+    csv = pd.read_csv(report_dir / "tables" / "gates.csv")
+    assert len(csv) == len(gates)
+    rows = pd.read_parquet(report_dir / "tables" / "rows.parquet")
+    assert {"prompt", "position", "layer", "order", "head", "row"} <= set(rows.columns)
+    # the saved Trace agrees with the tables
+    trace = Trace.load(report_dir / "trace")
+    pd.testing.assert_frame_equal(trace.to_frame("gates").reset_index(drop=True), gates)
+
+
+def test_figures(report_dir):
+    manifest = json.loads((report_dir / "manifest.json").read_text())
+    assert {"gate_distributions", "collisions_vs_expected", "coverage", "rank_frequency"} <= set(manifest["figures"])
+    assert any(n.startswith("gates_") for n in manifest["figures"])
+    assert any(n.startswith("tokens_L") for n in manifest["figures"])
+    for name in manifest["figures"]:
+        png = (report_dir / "figures" / f"{name}.png").read_bytes()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+        svg = report_dir / "figures" / f"{name}.svg"
+        assert ET.parse(svg).getroot().tag.endswith("svg")
+        assert "<script" not in svg.read_text(encoding="utf-8").lower()
+    assert not [p for p in report_dir.rglob("*") if p.name.endswith(".tmp")]
+
+
+def test_custom_prompts_and_errors(tmp_path, capsys):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(
+        "\n".join(
+            json.dumps(x, ensure_ascii=False)
+            for x in [
+                {"id": "a", "category": "mine", "text": "The Great Wall of China."},
+                {"id": "b", "category": "mine", "text": "四大发明 <image:2x2> 造纸术"},
+            ]
+        ),
+        encoding="utf-8",
+    )
+    out = tmp_path / "r"
+    assert main(["report", "--prompts", str(prompts), "--out", str(out), "--device", "cpu", "--quiet"]) == 0
+    assert "2 prompts" in capsys.readouterr().out
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert "<script" not in page.lower()
+    assert "造纸" in page  # Chinese tokens are shown as text
+    trace = Trace.load(out / "trace")
+    assert trace.prompt_ids == ["a", "b"] and trace.categories == ["mine", "mine"]
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{not json\n")
+    out2 = tmp_path / "r2"
+    assert main(["report", "--prompts", str(bad), "--out", str(out2), "--quiet"]) == 2
+    assert "not valid JSON" in capsys.readouterr().err
+    assert not (out2 / "report.html").exists()
+    assert main(["report", "--checkpoint", str(tmp_path / "nope"), "--out", str(out2), "--quiet"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_missing_glyphs_are_named_once_and_other_warnings_pass_through():
+    import warnings
+
+    from engram_viz.apps.report import _missing_glyphs
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            warnings.warn("Glyph 2340 (\\N{DEVANAGARI LETTER TA}) missing from font(s) DejaVu Sans.", UserWarning)
+        warnings.warn("something else", UserWarning)
+    with warnings.catch_warnings(record=True) as again:
+        warnings.simplefilter("always")
+        names = _missing_glyphs(caught)
+    assert names == ["\\N{DEVANAGARI LETTER TA}"]
+    assert [str(w.message) for w in again] == ["something else"]

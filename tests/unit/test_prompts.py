@@ -1,0 +1,75 @@
+"""The shipped prompt set and the prompt-file loader."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from engram_viz.core.tokenizer import BOS_ID
+from engram_viz.run.prompts import CATEGORIES, DEFAULT_PROMPTS, PromptError, build_prompt, build_prompts, load_prompts
+
+
+def test_default_set_covers_every_category_and_the_figure7_examples(tokenizer):
+    prompts = load_prompts()
+    assert {p.category for p in prompts} == set(CATEGORIES)
+    texts = " ".join(p.text for p in prompts if p.text)
+    for needle in ("Alexander the Great", "Milky Way", "Princess of Wales", "四大发明", "张仲景"):
+        assert needle in texts
+    built = build_prompts(prompts, tokenizer)
+    for p, x in built:
+        assert len(x) > 1 and x.input_ids[0] == BOS_ID
+        assert (len(x.spans) > 0) == (p.category == "image")
+        assert x.input_ids.max() < 129280 and x.input_ids.min() >= 0
+    for line in DEFAULT_PROMPTS.read_text(encoding="utf-8").splitlines():
+        assert set(json.loads(line)) <= {"id", "category", "text", "seed", "length"}
+
+
+def test_random_controls_are_drawn_from_the_seed(tokenizer):
+    prompts = [p for p in load_prompts() if p.category == "random_token"]
+    assert prompts and all(p.text is None for p in prompts)
+    a = build_prompt(prompts[0], tokenizer)
+    b = build_prompt(prompts[0], tokenizer)
+    assert np.array_equal(a.input_ids, b.input_ids) and len(a) == prompts[0].length + 1
+    assert np.array_equal(
+        a.input_ids[1:], np.random.default_rng(prompts[0].seed).integers(3, 128000, prompts[0].length)
+    )
+    assert not np.array_equal(a.input_ids, build_prompt(prompts[1], tokenizer).input_ids)
+    assert a.text == tokenizer.decode(a.input_ids[1:]) and a.token_mask.all()
+
+
+def test_filter_and_custom_file(tmp_path, tokenizer):
+    assert {p.category for p in load_prompts(categories=["code"])} == {"code"}
+    path = tmp_path / "p.jsonl"
+    path.write_text(
+        '# comment\n\n{"text": "hello world"}\n{"id": "r", "category": "x", "text": null, "seed": 1, "length": 4}\n'
+    )
+    ps = load_prompts(path)
+    assert [(p.id, p.category) for p in ps] == [("line3", "custom"), ("r", "x")]
+    assert len(build_prompt(ps[1], tokenizer, bos=False)) == 4
+
+
+@pytest.mark.parametrize(
+    "content,match",
+    [
+        ('{"id": "a", "text": "x"}\n{"id": "a", "text": "y"}\n', "duplicate"),
+        ('{"id": "a"}\n', "seed"),
+        ("not json\n", "not valid JSON"),
+        ('["a"]\n', "JSON object"),
+        ('{"id": "a", "text": ""}\n', "non-empty"),
+        ("\n", "no prompts"),
+    ],
+)
+def test_bad_files(tmp_path, content, match):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(content)
+    with pytest.raises(PromptError, match=match):
+        load_prompts(path)
+
+
+def test_missing_file_and_category(tmp_path):
+    with pytest.raises(PromptError, match="does not exist"):
+        load_prompts(tmp_path / "nope.jsonl")
+    with pytest.raises(PromptError, match="no prompts of categories"):
+        load_prompts(categories=["poetry"])
