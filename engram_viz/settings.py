@@ -1,0 +1,66 @@
+"""Every ``ENGRAM_VIZ_*`` environment variable, read in one place.
+
+==============================  =====================================================================
+variable                        meaning (default)
+==============================  =====================================================================
+``ENGRAM_VIZ_CACHE``            folder for derived files: token maps, synthetic checkpoints
+                                (``$XDG_CACHE_HOME/engram-viz``, else ``~/.cache/engram-viz``)
+``ENGRAM_VIZ_CHECKPOINT``       the checkpoint folder notebooks, the widget and the app run on
+                                (unset: the embedded default weights)
+``ENGRAM_VIZ_CORPUS_TOKENS``    tokens the notebooks read per corpus file (60,000)
+``ENGRAM_VIZ_FIGURES_DIR``      where notebook 07 writes figures (``figures/`` at the repository root)
+==============================  =====================================================================
+
+Each is read when asked for (never at import), so a test or a notebook may set it late.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from engram_viz.errors import EngramVizError
+
+CACHE = "ENGRAM_VIZ_CACHE"
+CHECKPOINT = "ENGRAM_VIZ_CHECKPOINT"
+CORPUS_TOKENS = "ENGRAM_VIZ_CORPUS_TOKENS"
+FIGURES_DIR = "ENGRAM_VIZ_FIGURES_DIR"
+
+
+class SettingError(EngramVizError, ValueError):
+    """An ``ENGRAM_VIZ_*`` variable holds a value the suite cannot use."""
+
+
+def cache_dir() -> Path:
+    """Folder for derived files (token maps, synthetic checkpoints), created; git never sees it."""
+    root = os.environ.get(CACHE) or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "engram-viz"
+    )
+    path = Path(root)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def checkpoint() -> str | None:
+    """``$ENGRAM_VIZ_CHECKPOINT`` (a checkpoint folder), or None when unset or empty."""
+    return os.environ.get(CHECKPOINT) or None
+
+
+def corpus_tokens(default: int) -> int:
+    """``$ENGRAM_VIZ_CORPUS_TOKENS`` as a positive int, else ``default``."""
+    raw = os.environ.get(CORPUS_TOKENS)
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise SettingError(f"${CORPUS_TOKENS}={raw!r}: expected a positive integer (tokens per file)")
+    return value
+
+
+def figures_dir() -> Path | None:
+    """``$ENGRAM_VIZ_FIGURES_DIR`` as a path, or None when unset or empty."""
+    raw = os.environ.get(FIGURES_DIR)
+    return Path(raw) if raw else None
