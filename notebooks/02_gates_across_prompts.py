@@ -25,7 +25,7 @@ import numpy as np
 from IPython.display import display
 
 from engram_viz.apps import notebook as nb
-from engram_viz.apps.report import gate_overview
+from engram_viz.analysis.gate_summary import gate_overview
 from engram_viz.run.prompts import load_prompts
 from engram_viz.viz import gate_distributions, gate_heatmap, token_text_figure, token_view
 

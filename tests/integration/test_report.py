@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from engram_viz.apps.report import TABLE_FORMATS
+from engram_viz._files import TABLE_FORMATS
 from engram_viz.cli import main
 from engram_viz.run.prompts import load_prompts
 from engram_viz.run.trace import Trace
