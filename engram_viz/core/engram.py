@@ -28,21 +28,10 @@ a table that is itself a trainable ``nn.Module`` is registered as a submodule an
 own device. ``forward`` returns its output on the device of ``x``.
 
 Hook points (identity unless a hook is attached; see :mod:`engram_viz.core.hooks`), named
-``engram.L{layer_id}.{site}``:
-
-==============  ========================  =================================================
-site            shape, dtype              meaning
-==============  ========================  =================================================
-``token_mask``  [B, T] bool               False shuts the gate (image positions); all True
-                                          when no mask is given
-``hash_ids``    [B, T, 24] int64          table row ids of this layer (on the caller's device)
-``rows``        [B, T, 24, head_dim]      gathered rows, dequantised (bf16 for fp8 tables)
-``key``         [B, T, hc, dim] float32   one key per stream (bf16-rounded values)
-``value``       [B, T, dim] float32       the shared value (bf16-rounded values)
-``dot``         [B, T, hc] float32        normalised stream . key
-``gate``        [B, T, hc] float32        gate after the mask (0 where token_mask is False)
-``out``         [B, T, hc, dim] x.dtype   the module output
-==============  ========================  =================================================
+``engram.L{layer_id}.{site}`` for the sites of :data:`engram_viz.core.hooks.SITES` (shapes, dtypes
+and meanings there; the README's hook table is made from it). :func:`engram_steps` is the forward
+itself, with one hook call after each step; :class:`Engram` and ``run.attach`` (the same hooks on a
+reference-structured module) both run it, so the formula lives once.
 
 A hook that returns a tensor replaces the intermediate for the rest of the forward (e.g. force
 ``gate`` to 0 to ablate the memory).
@@ -70,12 +59,10 @@ from torch import nn
 
 from engram_viz.config import EngramConfig, load_config
 from engram_viz.core import fp8
-from engram_viz.core.hooks import HookPoint, hook_points
-from engram_viz.weights.checkpoint import expected_tensors
-from engram_viz.weights.table import SAFETENSORS_DTYPES
+from engram_viz.core.hooks import HOOK_SITES, HookPoint, hook_name, hook_points
+from engram_viz.core.schema import SAFETENSORS_DTYPES, expected_tensors
 
 WKV_MODES = ("fp8", "bf16", "float32")
-HOOK_SITES = ("token_mask", "hash_ids", "rows", "key", "value", "dot", "gate", "out")
 CLAMP_VALUE = 1e-6  # |dot| floor before the signed square root (reference ``clamp_value``)
 CPU_CUDA_GATE_ATOL = 5e-3  # stated CPU vs CUDA gate tolerance: max abs difference
 CPU_CUDA_GATE_P99 = 1e-4  # ... and the 99th percentile of the abs differences
@@ -114,6 +101,49 @@ def param_counts(config: EngramConfig | str) -> dict[int, dict[str, int]]:
     return out
 
 
+def _no_hook(site: str, t: torch.Tensor) -> torch.Tensor:
+    return t
+
+
+def engram_steps(
+    x: torch.Tensor,
+    hash_ids: torch.Tensor,
+    token_mask: torch.Tensor,
+    *,
+    gather: Callable[[torch.Tensor], torch.Tensor],
+    wkv: Callable[[torch.Tensor], torch.Tensor],
+    q_weight: torch.Tensor,
+    k_weight: torch.Tensor,
+    eps: float,
+    clamp: float = CLAMP_VALUE,
+    hook: Callable[[str, torch.Tensor], torch.Tensor] = _no_hook,
+) -> torch.Tensor:
+    """The reference ``Engram.forward`` (the formula block of this module's docstring), with
+    ``hook(site, tensor) -> tensor`` called after each step for the sites of ``core.hooks.SITES``.
+
+    x ``[B, T, hc, dim]``, hash_ids ``[B, T, 24]``, token_mask ``[B, T]`` bool (all on one device);
+    ``gather(hash_ids) -> rows [B, T, 24, head_dim]``; ``wkv(rows.flatten(-2)) -> [B, T, (hc + 1) * dim]``;
+    q_weight, k_weight ``[hc, dim]``. Returns ``[B, T, hc, dim]`` in x.dtype. No checks: callers check.
+    """
+    hc, dim = q_weight.shape
+    h = x.float()
+    token_mask = hook("token_mask", token_mask)
+    hash_ids = hook("hash_ids", hash_ids)
+    rows = hook("rows", gather(hash_ids))
+    kv = wkv(rows.flatten(-2))
+    key, value = kv.split([hc * dim, dim], dim=-1)
+    key = hook("key", key.float().unflatten(-1, (hc, dim)))
+    value = hook("value", value.float())
+    weight = q_weight.float() * k_weight.float()  # only ever used as a product
+    # normalised per (token, stream) over dim, not jointly over the streams
+    rstd = torch.rsqrt(h.square().mean(-1) + eps) * torch.rsqrt(key.square().mean(-1) + eps)
+    dot = hook("dot", (h * weight * key).sum(-1) * rstd * dim**-0.5)
+    # signed square root before the sigmoid
+    gate = torch.sigmoid(torch.copysign(dot.abs().clamp_min(clamp).sqrt(), dot))
+    gate = hook("gate", gate.masked_fill(~token_mask.unsqueeze(-1), 0))
+    return hook("out", (h + gate.unsqueeze(-1) * value.unsqueeze(-2)).to(x.dtype))
+
+
 class WkvLinear(nn.Module):
     """``wkv``: ``[..., 24 * head_dim] -> [..., (hc + 1) * dim]``, no bias, in one of :data:`WKV_MODES`.
 
@@ -145,8 +175,7 @@ class WkvLinear(nn.Module):
 
     def forward(self, a: torch.Tensor) -> torch.Tensor:
         if self._mode == "fp8":
-            q, scale = fp8.quantize_blockwise(a)
-            return F.linear(fp8.dequantize_blockwise(q, scale), self.weight).to(torch.bfloat16)
+            return fp8.linear_fp8_activations(a, self.weight)
         if self._mode == "bf16":
             return F.linear(a.float(), self.weight).to(torch.bfloat16)
         return F.linear(a.float(), self.weight)
@@ -240,15 +269,8 @@ class Engram(nn.Module):
         if isinstance(table, nn.Module) and "table" in self._modules:
             table.to(device)
 
-        prefix = f"engram.L{layer_id}."
-        self.hook_token_mask = HookPoint(prefix + "token_mask")
-        self.hook_hash_ids = HookPoint(prefix + "hash_ids")
-        self.hook_rows = HookPoint(prefix + "rows")
-        self.hook_key = HookPoint(prefix + "key")
-        self.hook_value = HookPoint(prefix + "value")
-        self.hook_dot = HookPoint(prefix + "dot")
-        self.hook_gate = HookPoint(prefix + "gate")
-        self.hook_out = HookPoint(prefix + "out")
+        for site in HOOK_SITES:  # self.hook_token_mask ... self.hook_out
+            setattr(self, f"hook_{site}", HookPoint(hook_name(layer_id, site)))
 
     @classmethod
     def from_weights(
@@ -323,27 +345,24 @@ class Engram(nn.Module):
         """x ``[B, T, hc, dim]``; hash_ids ``[B, T, 24]`` int; token_mask ``[B, T]`` bool (False: the gate
         is shut and the position passes through unchanged). Returns ``[B, T, hc, dim]`` in x.dtype."""
         self._check_inputs(x, hash_ids, token_mask)
-        device = self.device
-        h = x.to(device).float()
         if token_mask is None:
-            token_mask = torch.ones(x.shape[:2], dtype=torch.bool, device=device)
-        token_mask = self.hook_token_mask(token_mask.to(device))
-        hash_ids = self.hook_hash_ids(hash_ids)
-        rows = self.hook_rows(self.gather(hash_ids))
-
-        kv = self.wkv(rows.flatten(-2))
-        key, value = kv.split([self.hc_mult * self.dim, self.dim], dim=-1)
-        key = self.hook_key(key.float().unflatten(-1, (self.hc_mult, self.dim)))
-        value = self.hook_value(value.float())
-        weight = self.q_weight.float() * self.k_weight.float()  # only ever used as a product
-        # normalised per (token, stream) over dim, not jointly over the streams
-        rstd = torch.rsqrt(h.square().mean(-1) + self.eps) * torch.rsqrt(key.square().mean(-1) + self.eps)
-        dot = self.hook_dot((h * weight * key).sum(-1) * rstd * self.dim**-0.5)
-        # signed square root before the sigmoid
-        gate = torch.sigmoid(torch.copysign(dot.abs().clamp_min(self.clamp_value).sqrt(), dot))
-        gate = self.hook_gate(gate.masked_fill(~token_mask.unsqueeze(-1), 0))
-        out = self.hook_out((h + gate.unsqueeze(-1) * value.unsqueeze(-2)).to(x.dtype))
+            token_mask = torch.ones(x.shape[:2], dtype=torch.bool)
+        out = engram_steps(
+            x.to(self.device),
+            hash_ids,
+            token_mask.to(self.device),
+            gather=self.gather,
+            wkv=self.wkv,
+            q_weight=self.q_weight,
+            k_weight=self.k_weight,
+            eps=self.eps,
+            clamp=self.clamp_value,
+            hook=self._run_hook,
+        )
         return out.to(x.device)
+
+    def _run_hook(self, site: str, t: torch.Tensor) -> torch.Tensor:
+        return getattr(self, f"hook_{site}")(t)
 
     def _check_inputs(self, x: torch.Tensor, hash_ids: torch.Tensor, token_mask: torch.Tensor | None) -> None:
         if not isinstance(x, torch.Tensor) or not x.is_floating_point():

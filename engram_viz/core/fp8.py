@@ -8,6 +8,7 @@ as an fp8 GEMM whose input activations are quantised per 32 values with power-of
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 BLOCK = 32
 E4M3_MAX = 448.0  # largest finite float8_e4m3fn
@@ -87,8 +88,15 @@ def quantize_matrix(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return q, scale.to(torch.float8_e8m0fnu)
 
 
-def fp8_linear(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor) -> torch.Tensor:
-    """The reference fp8 GEMM, emulated: activations quantised per 32 values with power-of-two
-    scales, both operands dequantised, fp32 accumulation, bf16 out. ``x [..., K]`` -> ``[..., N]``."""
+def linear_fp8_activations(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """The reference fp8 GEMM, emulated, on an already dequantised float32 weight ``[N, K]``:
+    activations quantised per 32 values with power-of-two scales and dequantised, fp32
+    accumulation, bf16 out. ``x [..., K]`` -> ``[..., N]``."""
     xq, xs = quantize_blockwise(x)
-    return (dequantize_blockwise(xq, xs) @ dequantize_blocks(weight, weight_scale).T).to(torch.bfloat16)
+    return F.linear(dequantize_blockwise(xq, xs), weight).to(torch.bfloat16)
+
+
+def fp8_linear(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor) -> torch.Tensor:
+    """The reference fp8 GEMM on the checkpoint's operands: e4m3 ``weight [N, K]`` with e8m0 32 x 32
+    block scales, dequantised, then :func:`linear_fp8_activations`."""
+    return linear_fp8_activations(x, dequantize_blocks(weight, weight_scale))

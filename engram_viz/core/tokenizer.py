@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import os
-import tempfile
 from functools import cached_property
 from pathlib import Path
 
@@ -19,23 +17,16 @@ import numpy as np
 import tokenizers
 from tokenizers import Regex, Tokenizer, normalizers
 
+from engram_viz._files import atomic_path
 from engram_viz.config import EngramConfig, load_config
+from engram_viz.errors import EngramVizError
+from engram_viz.settings import cache_dir
 
 BOS_ID = 0  # <｜begin▁of▁sentence｜>
 
 
-class TokenMapError(ValueError):
+class TokenMapError(EngramVizError, ValueError):
     """The compressed map built from a tokenizer does not match the config."""
-
-
-def cache_dir() -> Path:
-    """Folder for derived files (token maps, synthetic checkpoints); git never sees it."""
-    root = os.environ.get("ENGRAM_VIZ_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "engram-viz"
-    )
-    path = Path(root)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def bundled_tokenizer_file() -> Path:
@@ -85,14 +76,8 @@ def build_token_map(tokenizer: Tokenizer) -> np.ndarray:
 
 
 def _atomic_save(path: Path, array: np.ndarray) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp.npy")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            np.save(fh, array)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    with atomic_path(path, suffix=".tmp.npy") as tmp:
+        np.save(tmp, array)
 
 
 def _read_cached_map(path: Path, vocab_size: int) -> np.ndarray | None:

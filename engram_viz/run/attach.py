@@ -29,16 +29,17 @@ import torch
 from torch import nn
 
 from engram_viz.config import EngramConfig, load_config
-from engram_viz.core.engram import CLAMP_VALUE, Engram
-from engram_viz.core.hooks import HookPoint
-from engram_viz.run.capture import DEFAULT_NAMES, ActivationCache, HookFn, HookRegistry, _capture_here, hook_name
+from engram_viz.core.engram import CLAMP_VALUE, Engram, engram_steps
+from engram_viz.core.hooks import HOOK_SITES, HookFn, HookPoint, hook_name
+from engram_viz.core.tokenizer import get_tokenizer
+from engram_viz.errors import EngramVizError
+from engram_viz.run.capture import DEFAULT_NAMES, ActivationCache, HookRegistry, _capture_here
 from engram_viz.run.trace import Trace, trace_from_cache
 
 ENGRAM_ATTRS = ("embed", "wkv", "q_weight", "k_weight", "hc_mult", "dim", "eps", "layer_id")
-HOOK_ORDER = ("token_mask", "hash_ids", "rows", "key", "value", "dot", "gate", "out")
 
 
-class AttachError(ValueError):
+class AttachError(EngramVizError, ValueError):
     """The model has no Engram-like submodules, or they are ambiguous."""
 
 
@@ -65,29 +66,25 @@ def find_engram_modules(model: nn.Module) -> dict[int, tuple[str, nn.Module]]:
 
 
 def _instrumented_forward(module: nn.Module, points: dict[str, HookPoint], original: Callable) -> Callable:
-    """The reference ``Engram.forward`` with a hook point after every step (only used while hooked)."""
+    """The module's forward as :func:`engram_steps` with ``points`` after every step (only while hooked)."""
 
     def forward(self: nn.Module, x: torch.Tensor, hash_ids: torch.Tensor, token_mask: torch.Tensor | None = None):
         if not any(p.fns for p in points.values()):
             return original(x, hash_ids, token_mask)
-        hc, dim = int(self.hc_mult), int(self.dim)
         if token_mask is None:  # the reference skips the mask; an all-True mask is the same arithmetic
             token_mask = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
-        token_mask = points["token_mask"](token_mask)
-        hash_ids = points["hash_ids"](hash_ids)
-        rows = points["rows"](self.embed(hash_ids))
-        kv = self.wkv(rows.flatten(-2))
-        key, value = kv.split([hc * dim, dim], dim=-1)
-        key = points["key"](key.float().unflatten(-1, (hc, dim)))
-        value = points["value"](value.float())
-        weight = self.q_weight.float() * self.k_weight.float()
-        h, eps = x.float(), self.eps
-        rstd = torch.rsqrt(h.square().mean(-1) + eps) * torch.rsqrt(key.square().mean(-1) + eps)
-        dot = points["dot"]((h * weight * key).sum(-1) * rstd * dim**-0.5)
-        clamp = getattr(self, "clamp_value", CLAMP_VALUE)
-        gate = torch.sigmoid(torch.copysign(dot.abs().clamp_min(clamp).sqrt(), dot))
-        gate = points["gate"](gate.masked_fill(~token_mask.unsqueeze(-1), 0))
-        return points["out"]((h + gate.unsqueeze(-1) * value.unsqueeze(-2)).to(x.dtype))
+        return engram_steps(
+            x,
+            hash_ids,
+            token_mask,
+            gather=self.embed,
+            wkv=self.wkv,
+            q_weight=self.q_weight,
+            k_weight=self.k_weight,
+            eps=self.eps,
+            clamp=getattr(self, "clamp_value", CLAMP_VALUE),
+            hook=lambda site, t: points[site](t),
+        )
 
     return types.MethodType(forward, module)
 
@@ -135,7 +132,7 @@ class AttachedModel:
                 if isinstance(module, Engram):
                     self.registry.update(HookRegistry(module.hook_points()))
                     continue
-                points = {kind: HookPoint(hook_name(layer, kind)) for kind in HOOK_ORDER}
+                points = {kind: HookPoint(hook_name(layer, kind)) for kind in HOOK_SITES}
                 for point in points.values():
                     self.registry.add_point(point.name, point)
                 original = module.forward
@@ -163,8 +160,6 @@ class AttachedModel:
     @property
     def tokenizer(self) -> Any:
         if self._tokenizer is None:
-            from engram_viz.core.tokenizer import get_tokenizer
-
             self._tokenizer = get_tokenizer(self.config or "v41-flash")
         return self._tokenizer
 

@@ -1,15 +1,8 @@
 """Named hook points, TransformerLens style: capture only what is asked for, edit for ablations.
 
-Every Engram layer ``n`` exposes eight hook points (the README's hook table), in forward order::
-
-    engram.L{n}.token_mask  [B, T]                bool    False at image positions (gate shut); all True if no mask
-    engram.L{n}.hash_ids    [B, T, 24]            int64   table row ids of the position's 24 n-gram heads
-    engram.L{n}.rows        [B, T, 24, head_dim]  bf16    the gathered, dequantised table rows
-    engram.L{n}.key         [B, T, hc, dim]       fp32    one key per residual stream (large: opt-in)
-    engram.L{n}.value       [B, T, dim]           fp32    the value shared by the streams (bf16-rounded)
-    engram.L{n}.dot         [B, T, hc]            fp32    normalised stream . key, before the signed sqrt
-    engram.L{n}.gate        [B, T, hc]            fp32    sigmoid gate per stream, 0 where the mask is False
-    engram.L{n}.out         [B, T, hc, dim]       x.dtype the streams after the gated value is added
+Every Engram layer ``n`` exposes the hook points of :data:`engram_viz.core.hooks.SITES` (the
+README's hook table is made from it), ``engram.L{n}.token_mask`` ... ``engram.L{n}.out`` in forward
+order.
 
 A :class:`HookRegistry` maps those names to hook points (:class:`engram_viz.core.hooks.HookPoint`: an
 identity module whose ``add_hook(fn)`` returns a removable handle); a hook is ``fn(tensor, name) -> tensor | None``
@@ -26,7 +19,6 @@ a loop over many prompts that drops each cache keeps memory flat. Under ``torch.
 from __future__ import annotations
 
 import fnmatch
-import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -34,64 +26,9 @@ from typing import Any
 
 import torch
 
-HookFn = Callable[[torch.Tensor, str], "torch.Tensor | None"]
+from engram_viz.core.hooks import HOOK_SITES, HookFn, hook_points, parse_hook_name
 
-# kind -> (shape, dtype, meaning): the single source of the README's hook table.
-HOOK_KINDS: dict[str, tuple[str, str, str]] = {
-    "token_mask": (
-        "[B, T]",
-        "bool",
-        "False at image positions (their gate is shut, their hashes blocked); all True without a mask",
-    ),
-    "hash_ids": (
-        "[B, T, 24]",
-        "int64",
-        "table row ids of the 24 n-gram heads (orders 2-4 x 8 heads), layer offsets included",
-    ),
-    "rows": (
-        "[B, T, 24, head_dim]",
-        "bf16",
-        "the 24 gathered table rows, dequantised (fp8 x e8m0 scale, rounded to bf16)",
-    ),
-    "key": (
-        "[B, T, hc, dim]",
-        "fp32",
-        "one key per residual stream: the first hc x dim outputs of wkv (large: opt-in)",
-    ),
-    "value": ("[B, T, dim]", "fp32", "the value shared by all streams: the last dim outputs of wkv (bf16-rounded)"),
-    "dot": ("[B, T, hc]", "fp32", "sum(h * q_weight * k_weight * key) * rstd / sqrt(dim), before the signed sqrt"),
-    "gate": (
-        "[B, T, hc]",
-        "fp32",
-        "sigmoid(sign(dot) * sqrt(max(abs(dot), 1e-6))) per stream; 0 where token_mask is False",
-    ),
-    "out": ("[B, T, hc, dim]", "x.dtype", "the residual streams after the gated value is added: h + gate * value"),
-}
 DEFAULT_NAMES = ("engram.*.hash_ids", "engram.*.token_mask", "engram.*.gate")
-_NAME_RE = re.compile(r"^engram\.L(\d+)\.(\w+)$")
-
-
-def hook_name(layer_id: int, kind: str) -> str:
-    """``engram.L{layer_id}.{kind}``; raises on an unknown kind."""
-    if kind not in HOOK_KINDS:
-        raise ValueError(f"unknown hook kind {kind!r}; expected one of {list(HOOK_KINDS)}")
-    return f"engram.L{int(layer_id)}.{kind}"
-
-
-def parse_hook_name(name: str) -> tuple[int, str]:
-    """``engram.L14.gate`` -> ``(14, 'gate')``."""
-    m = _NAME_RE.match(name)
-    if not m or m.group(2) not in HOOK_KINDS:
-        raise ValueError(f"{name!r} is not a hook name; expected engram.L<layer>.<{'|'.join(HOOK_KINDS)}>")
-    return int(m.group(1)), m.group(2)
-
-
-def hook_table_markdown() -> str:
-    """The README's hook table (name, shape, dtype, meaning)."""
-    lines = ["| name | shape | dtype | meaning |", "|---|---|---|---|"]
-    for kind, (shape, dtype, meaning) in HOOK_KINDS.items():
-        lines.append(f"| `engram.L{{n}}.{kind}` | `{shape}` | {dtype} | {meaning} |")
-    return "\n".join(lines)
 
 
 def _capture_here(capture_rank: int | None) -> bool:
@@ -208,8 +145,6 @@ class HookRegistry:
     @classmethod
     def from_module(cls, module: torch.nn.Module) -> HookRegistry:
         """Every HookPoint below ``module`` under its own hook name."""
-        from engram_viz.core.hooks import hook_points
-
         return cls(hook_points(module))
 
     def update(self, other: HookRegistry) -> None:
@@ -220,7 +155,7 @@ class HookRegistry:
     def names(self) -> list[str]:
         """Every hook name, by layer then in forward order."""
         if getattr(self, "_sorted", None) is None:
-            kinds = list(HOOK_KINDS)
+            kinds = list(HOOK_SITES)
             self._sorted = sorted(
                 self.points, key=lambda n: (parse_hook_name(n)[0], kinds.index(parse_hook_name(n)[1]))
             )

@@ -10,18 +10,9 @@ import torch
 from capture_kit import make_engram, random_inputs
 
 from engram_viz.core.hashing import NgramHasher
+from engram_viz.core.hooks import HOOK_SITES, hook_name, hook_table_markdown, parse_hook_name
 from engram_viz.core.tokenizer import get_tokenizer
-from engram_viz.run.capture import (
-    DEFAULT_NAMES,
-    HOOK_KINDS,
-    ActivationCache,
-    HookRegistry,
-    force_gate,
-    hook_name,
-    hook_table_markdown,
-    parse_hook_name,
-    zero_ablate,
-)
+from engram_viz.run.capture import DEFAULT_NAMES, ActivationCache, HookRegistry, force_gate, zero_ablate
 
 
 @pytest.fixture(scope="module")
@@ -40,15 +31,15 @@ def _formula_gate(dot: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 def test_names_and_table(setup):
     config, _, registry = setup
-    assert registry.names == [hook_name(n, k) for n in config.engram_layer_ids for k in HOOK_KINDS]
+    assert registry.names == [hook_name(n, k) for n in config.engram_layer_ids for k in HOOK_SITES]
     assert parse_hook_name("engram.L14.gate") == (14, "gate")
     for bad in ("engram.L1.gates", "L1.gate", "engram.Lx.gate"):
         with pytest.raises(ValueError, match="not a hook name"):
             parse_hook_name(bad)
     table = hook_table_markdown()
-    assert all(f"engram.L{{n}}.{k}" in table for k in HOOK_KINDS)
+    assert all(f"engram.L{{n}}.{k}" in table for k in HOOK_SITES)
     assert registry.resolve("engram.*.gate") == ["engram.L1.gate", "engram.L3.gate"]
-    assert registry.resolve(["engram.L3.*"]) == [hook_name(3, k) for k in HOOK_KINDS]
+    assert registry.resolve(["engram.L3.*"]) == [hook_name(3, k) for k in HOOK_SITES]
     with pytest.raises(ValueError, match="matches no hook point"):
         registry.resolve(["engram.L2.gate"])
 

