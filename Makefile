@@ -23,4 +23,5 @@ demo: venv system
 	$(VENV)/bin/engram-viz report --out $(OUT)
 
 test: venv system
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q

@@ -11,6 +11,8 @@ import json
 from dataclasses import MISSING, asdict, dataclass
 from pathlib import Path
 
+from engram_viz.errors import EngramVizError
+
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 CONFIG_DIR = DATA_DIR / "configs"
 PRESETS = ("v41-flash", "tiny")
@@ -20,7 +22,7 @@ TEXT, IMAGE_START, IMAGE, IMAGE_NEWLINE, IMAGE_END = -1, 0, 1, 2, 3
 FP8_BLOCK_SIZE = 32  # one e8m0 scale per 32 features (tables) or per 32 x 32 block (wkv)
 
 
-class ConfigError(ValueError):
+class ConfigError(EngramVizError, ValueError):
     """A config file is missing, unreadable or inconsistent."""
 
 
