@@ -31,14 +31,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from engram_viz.config import IMAGE, IMAGE_END, IMAGE_NEWLINE, IMAGE_START, TEXT, EngramConfig, load_config
-from engram_viz.core.tokenizer import BOS_ID
+from engram_viz.core.tokenizer import BOS_ID, get_tokenizer
+from engram_viz.errors import EngramVizError
 
 PLACEHOLDER = re.compile(r"<image:([^<>]*)>", re.IGNORECASE)
 _OPEN = re.compile(r"<image:", re.IGNORECASE)
 _SPEC = re.compile(r"^\s*(\d+)\s*[x×]\s*(\d+)\s*(px)?\s*$", re.IGNORECASE)
 
 
-class ImagePromptError(ValueError):
+class ImagePromptError(EngramVizError, ValueError):
     """A placeholder is malformed or asks for more image tokens than the model takes."""
 
 
@@ -54,24 +55,13 @@ class ImageSpan:
     pixels: tuple[int, int] | None = None  # (W, H) in pixels when given as an image size
 
     @property
-    def n_image_tokens(self) -> int:
-        return self.width * self.height
-
-    @property
     def length(self) -> int:
         return self.height * (self.width + 1) + 2
-
-    def rows(self) -> list[tuple[int, int]]:
-        """``[start, stop)`` position ranges of each grid row's IMAGE tokens (for plotting)."""
-        return [
-            (self.start + 1 + r * (self.width + 1), self.start + 1 + r * (self.width + 1) + self.width)
-            for r in range(self.height)
-        ]
 
 
 @dataclass
 class ImageTextInput:
-    """A built prompt. Arrays are numpy ``[T]``; ``to_torch()`` gives ``[1, T]`` tensors."""
+    """A built prompt. Arrays are numpy ``[T]``."""
 
     input_ids: np.ndarray  # int64 [T] raw ids (image_token_id inside spans)
     token_types: np.ndarray  # int64 [T]: TEXT -1, START 0, IMAGE 1, NEWLINE 2, END 3
@@ -82,20 +72,6 @@ class ImageTextInput:
 
     def __len__(self) -> int:
         return len(self.input_ids)
-
-    @property
-    def image_mask(self) -> np.ndarray:
-        return self.token_types >= 0
-
-    def to_torch(self) -> dict:
-        """``input_ids`` int64, ``token_types`` int64 and ``token_mask`` bool tensors, each ``[1, T]``."""
-        import torch
-
-        return {
-            "input_ids": torch.from_numpy(self.input_ids.copy())[None],
-            "token_types": torch.from_numpy(self.token_types.copy())[None],
-            "token_mask": torch.from_numpy(self.token_mask.copy())[None],
-        }
 
 
 def _round_half_even(a: int, b: int) -> int:
@@ -193,8 +169,6 @@ def build_input(
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
     if tokenizer is None:
-        from engram_viz.core.tokenizer import get_tokenizer
-
         tokenizer = get_tokenizer(config or "tiny")
     cfg = load_config(config) if config is not None else tokenizer.config
     ids: list[np.ndarray] = []

@@ -4,7 +4,7 @@
 
 - **weights**: ``checkpoint`` is ``None`` (the embedded default), a folder path or an opened
   :class:`engram_viz.weights.checkpoint.Checkpoint`. A folder holding the *tiny Engram LM*
-  (``config.json`` with a ``tiny_lm`` section, see ``tiny_model``) runs as a whole model (its own
+  (``config.json`` with a ``tiny_lm`` section, see ``engram_viz.tiny``) runs as a whole model (its own
   streams) unless other streams are asked for.
 - **streams** (what each Engram layer reads as ``x``; its label goes into every Trace):
   ``"auto"`` (the model's own streams when the weights are a whole model, else embedding
@@ -21,8 +21,8 @@ spans (``images.build_input``). Prompts run in batches of ``batch_size`` (right-
 and the gates of a position depend only on it and earlier positions, so padding changes
 nothing). Row ids, token mask and gates are always captured; ``names`` adds hook names or globs.
 Each batch's capture goes to the CPU and the next batch starts clean, so memory does not grow
-with the number of batches beyond what the Trace keeps. ``exposure=True`` adds the collision
-exposure of every position within the run's own prompts (``collisions.CollisionStats``).
+with the number of batches beyond what the Trace keeps. The collision exposure of each position
+is an analysis of the Trace (``engram_viz.analysis.exposure.collision_exposure``).
 """
 
 from __future__ import annotations
@@ -34,13 +34,21 @@ from typing import Any
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from engram_viz.config import TEXT, EngramConfig
 from engram_viz.core.engram import Engram, default_device
 from engram_viz.core.hashing import hash_prompt
+from engram_viz.core.tokenizer import get_tokenizer
 from engram_viz.run.capture import DEFAULT_NAMES, ActivationCache, HookFn, HookRegistry
+from engram_viz.run.images import build_input
+from engram_viz.run.prompts import Prompt, build_prompt
+from engram_viz.run.streams import captured_layers, check_streams, embedding_streams, load_captured_streams
 from engram_viz.run.trace import Trace, trace_from_cache
-from engram_viz.tiny.model import DEFAULT_DIR, checkpoint_label, is_tiny_lm_folder, load_tiny_model
+from engram_viz.tiny.files import load_tiny_model
+from engram_viz.weights.checkpoint import open_checkpoint
+from engram_viz.weights.default import default_checkpoint
+from engram_viz.weights.tiny_folder import DEFAULT_DIR, checkpoint_label, is_tiny_lm_folder
 
 StreamsFn = Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
 
@@ -78,8 +86,6 @@ def _default_weights() -> Any:
     """The embedded default: the trained tiny Engram LM when present, else ``default_checkpoint()``."""
     if is_tiny_lm_folder(DEFAULT_DIR):
         return DEFAULT_DIR
-    from engram_viz.weights.checkpoint import default_checkpoint
-
     return default_checkpoint()
 
 
@@ -116,8 +122,6 @@ class Pipeline:
             if is_tiny_lm_folder(folder) and whole_model:
                 self._load_tiny_lm(folder)
             else:
-                from engram_viz.weights.checkpoint import open_checkpoint
-
                 checkpoint = open_checkpoint(path)
         if self.lm is None:
             folder = getattr(checkpoint, "path", None)
@@ -130,8 +134,6 @@ class Pipeline:
     # -- set-up -----------------------------------------------------------------------------------
 
     def _load_tiny_lm(self, folder: Path) -> None:
-        from engram_viz.core.tokenizer import get_tokenizer
-
         self.lm = load_tiny_model(folder, mode=self.mode, device=self.device)
         self.config: EngramConfig = self.lm.config
         self.tokenizer = get_tokenizer(self.config)
@@ -140,8 +142,6 @@ class Pipeline:
         self.registry = HookRegistry.from_module(self.lm)
 
     def _load_checkpoint(self, checkpoint: Any) -> None:
-        from engram_viz.core.tokenizer import get_tokenizer
-
         self.checkpoint = checkpoint
         self.config = checkpoint.config
         self.tokenizer = get_tokenizer(self.config, checkpoint.tokenizer_path)
@@ -182,8 +182,6 @@ class Pipeline:
             return
         path = Path(streams)
         if path.is_file():
-            from engram_viz.run.streams import captured_layers
-
             layers = captured_layers(path)
             missing = [n for n in self.config.engram_layer_ids if n not in layers]
             if missing:
@@ -211,15 +209,11 @@ class Pipeline:
 
     def build(self, prompts: str | Any | Sequence[Any]) -> list[PromptInput]:
         """Tokenize prompts (image placeholders expanded) into :class:`PromptInput`."""
-        from engram_viz.run.images import build_input
-
         if isinstance(prompts, (str, Mapping)) or hasattr(prompts, "text") or hasattr(prompts, "input_ids"):
             prompts = [prompts]
         out = []
         for i, p in enumerate(prompts):
             if _get(p, "text") is None and _get(p, "input_ids") is None and _get(p, "seed") is not None:
-                from engram_viz.run.prompts import Prompt
-
                 p = Prompt(
                     str(_get(p, "id", f"p{i}")),
                     str(_get(p, "category", "random_token")),
@@ -228,8 +222,6 @@ class Pipeline:
                     int(_get(p, "length")),
                 )
             if hasattr(p, "random_ids") and getattr(p, "is_random", False):  # a random-token control
-                from engram_viz.run.prompts import build_prompt
-
                 built = build_prompt(p, self.tokenizer, self.config, bos=self.bos)
                 out.append(
                     PromptInput(
@@ -276,22 +268,16 @@ class Pipeline:
 
     def _streams(self, ids: torch.Tensor, types: torch.Tensor, layer: int) -> torch.Tensor:
         if self.streams_mode == "embedding":
-            from engram_viz.run.streams import embedding_streams
-
             s = embedding_streams(self.checkpoint, ids, types)
             self.streams_label = s.label
             return s.x
         if self.streams_mode == "captured":
-            from engram_viz.run.streams import load_captured_streams
-
             s = load_captured_streams(self._captured, layer, self.config)
             if not torch.equal(s.input_ids, ids):
                 raise ValueError(f"{self._captured}: its input_ids differ from the prompts being run")
             self.streams_label = s.label.replace(f"entering Engram layer {layer} ", "")
             return s.x
         x = self._streams_fn(ids, types, layer)
-        from engram_viz.run.streams import check_streams
-
         return check_streams(x, f"streams for layer {layer}", self.config)
 
     def forward(self, input_ids: torch.Tensor, token_types: torch.Tensor | None = None) -> dict[int, torch.Tensor]:
@@ -338,7 +324,6 @@ class Pipeline:
         *,
         hooks: Mapping[str, HookFn] | None = None,
         batch_size: int | None = None,
-        exposure: bool = True,
         progress: bool = False,
     ) -> Trace:
         """Run ``prompts`` and return their :class:`Trace` (see the module docstring)."""
@@ -358,8 +343,6 @@ class Pipeline:
         order = sorted(range(len(built)), key=lambda i: len(built[i].input_ids))
         chunks = [[built[i] for i in order[j : j + size]] for j in range(0, len(built), size)]
         if progress:
-            from tqdm.auto import tqdm
-
             chunks = tqdm(chunks, desc="engram-viz run", unit="batch")
         parts = []
         for chunk in chunks:
@@ -393,13 +376,9 @@ class Pipeline:
         trace = Trace.concat(parts)
         if trace.prompt_ids != [p.id for p in built]:
             trace = trace.select([p.id for p in built])
-        if exposure:
-            trace.extras["exposure"] = collision_exposure(trace, self.config)
         return trace
 
     def _captured_prompts(self) -> list[PromptInput]:
-        from engram_viz.run.streams import load_captured_streams
-
         s = load_captured_streams(self._captured, self.layer_ids[0], self.config)
         types = s.token_types if s.token_types is not None else torch.full(s.input_ids.shape, TEXT)
         return [
@@ -426,30 +405,3 @@ class Pipeline:
             "bos": self.bos,
             "synthetic": bool(getattr(self.checkpoint, "synthetic", False)),
         }
-
-
-def collision_exposure(trace: Trace, config: EngramConfig, stats: Any = None) -> torch.Tensor:
-    """int64 ``[B, T, n_layers]``: per position, how many of its 24 rows also hold a different n-gram
-    of the population - the trace's own text positions, plus ``stats`` (a ``CollisionStats`` of a
-    reference corpus) when given. 0 at image and padded positions."""
-    from engram_viz.analysis.collisions import CollisionStats
-
-    pop = CollisionStats(config)
-    if stats is not None:
-        pop.merge(stats)
-    valid = trace.valid
-    seqs = []
-    for i, n in enumerate(trace.lengths.tolist()):
-        c = trace.compressed_ids[i, :n].numpy()
-        mask = trace.token_types[i, :n].numpy() < 0
-        c = np.where(mask, c, int(trace.meta.get("pad_compressed", 2)))  # DEAD shows as -1; the mask says it
-        seqs.append((c, mask))
-        pop.add_compressed(c, mask)
-    out = torch.zeros((trace.batch_size, trace.seq_len, len(trace.layer_ids)), dtype=torch.int64)
-    if hasattr(pop, "exposure_ragged"):  # one pass over the population for all prompts
-        per_prompt = pop.exposure_ragged([c for c, _ in seqs], [m for _, m in seqs])
-    else:
-        per_prompt = [pop.exposure(c, m) for c, m in seqs]
-    for i, e in enumerate(per_prompt):
-        out[i, : len(e)] = torch.from_numpy(np.asarray(e, dtype=np.int64))
-    return out.masked_fill(~valid.unsqueeze(-1), 0)

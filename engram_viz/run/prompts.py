@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from engram_viz.config import DATA_DIR, TEXT, EngramConfig
-from engram_viz.core.tokenizer import BOS_ID
+from engram_viz.core.tokenizer import BOS_ID, get_tokenizer
+from engram_viz.errors import EngramVizError
 from engram_viz.run.images import ImageTextInput, build_input
 
 DEFAULT_PROMPTS = DATA_DIR / "prompts" / "default.jsonl"
@@ -31,7 +32,7 @@ CATEGORIES = ("english_entities", "chinese_entities", "idioms", "code", "math", 
 RANDOM_ID_RANGE = (3, 128000)
 
 
-class PromptError(ValueError):
+class PromptError(EngramVizError, ValueError):
     """A prompt file is missing, malformed or inconsistent."""
 
 
@@ -118,8 +119,6 @@ def build_prompt(
 ) -> ImageTextInput:
     """Model inputs ``[T]`` of one prompt (image spans expanded; random ids drawn from the seed)."""
     if tokenizer is None:
-        from engram_viz.core.tokenizer import get_tokenizer
-
         tokenizer = get_tokenizer(config or "tiny")
     if not prompt.is_random:
         return build_input(prompt.text, tokenizer, config, bos=bos)
@@ -127,11 +126,3 @@ def build_prompt(
     ids = np.concatenate([[BOS_ID], drawn]).astype(np.int64) if bos else drawn
     types = np.full(len(ids), TEXT, dtype=np.int64)
     return ImageTextInput(ids, types, np.ones(len(ids), dtype=bool), (), tokenizer.decode(drawn), ((0, len(ids)),))
-
-
-def build_prompts(
-    prompts: list[Prompt] | None = None, tokenizer=None, config: EngramConfig | str | None = None, bos: bool = True
-) -> list[tuple[Prompt, ImageTextInput]]:
-    """``(prompt, inputs)`` for every prompt (default: the shipped set)."""
-    prompts = load_prompts() if prompts is None else prompts
-    return [(p, build_prompt(p, tokenizer, config, bos)) for p in prompts]

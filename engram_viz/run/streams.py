@@ -34,15 +34,16 @@ with ``input_ids`` (and ``token_types``) to :func:`save_captured_streams`.
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
 
+from engram_viz._files import atomic_path
 from engram_viz.config import IMAGE_END, TEXT, EngramConfig, load_config
 
 STREAM_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -163,8 +164,6 @@ def embedding_streams(checkpoint: Any, raw_ids: Any, token_types: torch.Tensor |
 
 def captured_layers(path: str | Path) -> list[int]:
     """The Engram layers a captured-streams file holds streams for (sorted)."""
-    from safetensors import SafetensorError, safe_open
-
     path = _existing(path)
     try:
         with safe_open(str(path), framework="pt") as f:
@@ -187,8 +186,6 @@ def load_captured_streams(
     """Streams entering Engram layer ``layer`` from a captured-streams safetensors file (format in
     the module docstring). ``layer`` may be left out when the file holds one layer. With ``config``
     the stream shape is checked against ``hc_mult`` and ``dim``, and ``layer`` must be an Engram layer."""
-    from safetensors import SafetensorError, safe_open
-
     path = _existing(path)
     config = load_config(config) if config is not None else None
     try:
@@ -233,9 +230,7 @@ def save_captured_streams(
     metadata: dict[str, str] | None = None,
 ) -> Path:
     """Write ``{layer: x [B, T, hc, dim]}`` with ``input_ids`` (and ``token_types``) in the
-    captured-streams format; atomic (temporary file in the same folder, then ``os.replace``)."""
-    from safetensors.torch import save_file
-
+    captured-streams format; atomic (``engram_viz._files.atomic_path``)."""
     path = Path(path)
     if not streams:
         raise ValueError("streams is empty; expected {layer: tensor [B, T, hc, dim]}")
@@ -251,15 +246,8 @@ def save_captured_streams(
     if token_types is not None:
         tensors["token_types"] = _check_token_types(token_types, "token_types", bt).cpu().contiguous()
     meta = {str(k): str(v) for k, v in (metadata or {}).items()}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        save_file(tensors, tmp, metadata=meta)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(path) as tmp:
+        save_file(tensors, str(tmp), metadata=meta)
     return path
 
 

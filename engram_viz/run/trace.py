@@ -25,20 +25,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import torch
 from safetensors.torch import load_file, save_file
 
+from engram_viz._files import atomic_path, atomic_write_text
 from engram_viz.config import IMAGE, IMAGE_END, IMAGE_NEWLINE, IMAGE_START, TEXT
-from engram_viz.run.capture import HOOK_KINDS, hook_name, parse_hook_name
+from engram_viz.core.hooks import HOOK_SITES, hook_name, parse_hook_name
+from engram_viz.errors import EngramVizError
+from engram_viz.run.trace_frames import TraceFrames
 
 FORMAT_VERSION = 1
 IMAGE_PIECES = {IMAGE_START: "<img:start>", IMAGE: "<img>", IMAGE_NEWLINE: "<img:nl>", IMAGE_END: "<img:end>"}
@@ -46,23 +46,8 @@ _TENSORS_FILE, _JSON_FILE = "tensors.safetensors", "trace.json"
 _BASE_TENSORS = ("input_ids", "compressed_ids", "token_types", "lengths")
 
 
-class TraceError(ValueError):
+class TraceError(EngramVizError, ValueError):
     """A Trace is inconsistent, or a saved one is missing, corrupt or mismatched."""
-
-
-def _atomic_write(path: Path, write: Any) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes 0600; give the file the usual permissions
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _sha256(path: Path) -> str:
@@ -74,7 +59,7 @@ def _sha256(path: Path) -> str:
 
 
 @dataclass
-class Trace:
+class Trace(TraceFrames):
     """One run over a batch of prompts (see the module docstring for every field's shape)."""
 
     layer_ids: tuple[int, ...]
@@ -153,8 +138,8 @@ class Trace:
 
     def captured(self, kind: str) -> dict[int, torch.Tensor]:
         """Captured tensors of one hook kind keyed by layer id, e.g. ``trace.captured('dot')``."""
-        if kind not in HOOK_KINDS:
-            raise ValueError(f"unknown hook kind {kind!r}; expected one of {list(HOOK_KINDS)}")
+        if kind not in HOOK_SITES:
+            raise ValueError(f"unknown hook kind {kind!r}; expected one of {list(HOOK_SITES)}")
         return {n: self.tensors[hook_name(n, kind)] for n in self.layer_ids if hook_name(n, kind) in self.tensors}
 
     def index(self, prompt_id: str) -> int:
@@ -168,79 +153,6 @@ class Trace:
             f"Trace({self.batch_size} prompts, T={self.seq_len}, layers {list(self.layer_ids)}, "
             f"captured {sorted(self.tensors)}, model {self.model_label!r}, streams {self.streams_label!r})"
         )
-
-    # --- tidy tables ----------------------------------------------------------------------------
-
-    def _positions(self) -> tuple[np.ndarray, np.ndarray]:
-        b, t = np.nonzero(self.valid.numpy())
-        return b, t
-
-    def _pieces_flat(self) -> np.ndarray:
-        return np.array([p for ps in self.pieces for p in ps], dtype=object)
-
-    def to_frame(self, table: str = "gates") -> pd.DataFrame:
-        """A tidy table: ``gates`` (prompt, position, token, is_image, layer, stream, gate, ...),
-        ``rows`` (prompt, position, layer, order, head, row, ...) or ``tokens`` (one row per
-        position). Positions are 0-based within each prompt; padded positions are dropped."""
-        if table == "gates":
-            return self._gates_frame()
-        if table == "rows":
-            return self._rows_frame()
-        if table == "tokens":
-            return self._tokens_frame()
-        raise ValueError(f"unknown table {table!r}; expected 'gates', 'rows' or 'tokens'")
-
-    def to_frames(self) -> dict[str, pd.DataFrame]:
-        return {name: self.to_frame(name) for name in ("tokens", "gates", "rows")}
-
-    def _tokens_frame(self) -> pd.DataFrame:
-        b, t = self._positions()
-        df = pd.DataFrame(
-            {
-                "prompt": pd.Categorical(np.asarray(self.prompt_ids, dtype=object)[b], categories=self.prompt_ids),
-                "category": np.asarray(self.categories, dtype=object)[b],
-                "position": t.astype(np.int64),
-                "token": self._pieces_flat(),
-                "raw_id": self.input_ids.numpy()[b, t],
-                "compressed_id": self.compressed_ids.numpy()[b, t],
-                "token_type": self.token_types.numpy()[b, t],
-                "is_image": self.is_image.numpy()[b, t],
-            }
-        )
-        df["prompt"] = df["prompt"].astype(str)
-        return df
-
-    def _gates_frame(self) -> pd.DataFrame:
-        tok = self._tokens_frame()
-        b, t = self._positions()
-        gates = self.gates.float().numpy()[b, t]  # [N, L, hc]
-        n, n_layers, hc = gates.shape
-        rep = n_layers * hc
-        df = tok.loc[np.repeat(np.arange(n), rep)].reset_index(drop=True)
-        df.insert(df.columns.get_loc("is_image") + 1, "layer", np.tile(np.repeat(self.layer_ids, hc), n))
-        df.insert(df.columns.get_loc("layer") + 1, "stream", np.tile(np.arange(hc), n * n_layers))
-        df["gate"] = gates.reshape(-1)
-        dots = self.captured("dot")
-        if len(dots) == n_layers:
-            df["dot"] = torch.stack([dots[x] for x in self.layer_ids], 2).float().numpy()[b, t].reshape(-1)
-        if "exposure" in self.extras:
-            df["exposure"] = np.repeat(self.extras["exposure"].numpy()[b, t].reshape(-1), hc)
-        return df
-
-    def _rows_frame(self) -> pd.DataFrame:
-        tok = self._tokens_frame()[["prompt", "category", "position", "token", "is_image"]]
-        b, t = self._positions()
-        rows = self.row_ids.numpy()[b, t]  # [N, L, 24]
-        n, n_layers, cols = rows.shape
-        n_heads = int(self.meta.get("n_heads", cols // 3))
-        df = tok.loc[np.repeat(np.arange(n), n_layers * cols)].reset_index(drop=True)
-        col = np.tile(np.arange(cols), n * n_layers)
-        df["layer"] = np.tile(np.repeat(self.layer_ids, cols), n)
-        df["order"] = col // n_heads + 2
-        df["head"] = col % n_heads
-        df["column"] = col
-        df["row"] = rows.reshape(-1)
-        return df
 
     # --- combining -------------------------------------------------------------------------------
 
@@ -322,7 +234,8 @@ class Trace:
         flat.update({f"extra/{k}": v for k, v in self.extras.items()})
         flat = {k: v.detach().cpu().contiguous().clone() for k, v in flat.items()}
         tensors_path = path / _TENSORS_FILE
-        _atomic_write(tensors_path, lambda tmp: save_file(flat, tmp, metadata={"format": "engram-viz-trace"}))
+        with atomic_path(tensors_path) as tmp:
+            save_file(flat, str(tmp), metadata={"format": "engram-viz-trace"})
         doc = {
             "format": "engram-viz-trace",
             "version": FORMAT_VERSION,
@@ -337,7 +250,7 @@ class Trace:
             "meta": self.meta,
         }
         text = json.dumps(doc, ensure_ascii=False, indent=1)
-        _atomic_write(path / _JSON_FILE, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+        atomic_write_text(path / _JSON_FILE, text)
         return path
 
     @classmethod

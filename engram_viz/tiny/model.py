@@ -18,30 +18,26 @@ the exported checkpoint stores it as fp8 e4m3 + e8m0 scales under the real check
 The vocabulary is restricted to the 4,095 commonest raw ids of the training split, so the token
 embedding stays small (``tiny.embed.raw_ids`` lists them; row 0 is the unknown token).
 
-On disk (``save_tiny_model`` / ``load_tiny_model``): ``config.json`` (the Engram config plus a
-``tiny_lm`` section), an HF-style index and two shards - the Engram tensors under the real
-checkpoint's names and dtypes, the LM's own bf16 tensors under ``tiny.``. Such a folder also opens
-as a suite ``Checkpoint`` (``checkpoint.open_checkpoint``; its token embedding is
-:func:`compact_token_embedding`), and ``data/tiny-engram`` is ``checkpoint.default_checkpoint()``.
+Its files (``config.json``, index, two shards) are written and read by ``engram_viz.tiny.files``
+(``save_tiny_model`` / ``load_tiny_model``); the weights layer opens such a folder as a suite
+``Checkpoint`` (``engram_viz.weights.tiny_folder``), and ``data/tiny-engram`` is
+``engram_viz.weights.default.default_checkpoint()``.
 """
 
 from __future__ import annotations
 
-import json
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engram_viz.config import DATA_DIR, EngramConfig, load_config
+from engram_viz.config import EngramConfig, load_config
 from engram_viz.core.engram import Engram
 from engram_viz.core.hashing import hash_prompt
 
-DEFAULT_DIR = DATA_DIR / "tiny-engram"
 UNK_INDEX = 0  # row 0 of the small vocabulary: every raw id outside it
 
 
@@ -214,13 +210,6 @@ def count_parameters(model: nn.Module) -> dict[str, int]:
     return out
 
 
-def write_json(path: Path, obj: dict) -> None:
-    """Atomic JSON write."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2) + "\n")
-    tmp.replace(path)
-
-
 @contextmanager
 def gates_forced(model: TinyEngramLM, value: float = 0.0):
     """Within the block, every Engram gate of ``model`` is replaced by ``value`` through the
@@ -231,184 +220,3 @@ def gates_forced(model: TinyEngramLM, value: float = 0.0):
     finally:
         for h in handles:
             h.remove()
-
-
-# ------------------------------------------------------------------------------ export and load
-
-LM_SHARD = "model-00001-of-00002.safetensors"  # tiny LM: small embedding, blocks, final norm (bf16)
-ENGRAM_SHARD = "model-00002-of-00002.safetensors"  # Engram tensors, real checkpoint names and dtypes
-INDEX_FILE = "model.safetensors.index.json"
-
-
-def export_tensors(model: TinyEngramLM) -> dict[str, dict[str, torch.Tensor]]:
-    """Shard file name -> {tensor name: tensor}. Engram tensors use the real checkpoint's names and
-    dtypes (``layers.N.engram.embed.weight`` e4m3 + ``.scale`` e8m0, ``wkv`` e4m3 + 32 x 32 e8m0
-    block scales, bf16 ``q_weight``/``k_weight``); the LM's own tensors are bf16 under ``tiny.``."""
-    from engram_viz.core import fp8
-
-    lm = {"tiny.embed.weight": model.embed.weight, "tiny.norm.weight": model.norm.weight}
-    lm.update({f"tiny.layers.{name}": p for name, p in model.layers.named_parameters()})
-    lm = {k: v.detach().to(torch.bfloat16).contiguous() for k, v in lm.items()}
-    lm["tiny.embed.raw_ids"] = model.raw_ids.to(torch.int64).contiguous()
-    eng: dict[str, torch.Tensor] = {}
-    for key, e in model.engrams.items():
-        p = f"layers.{key}.engram."
-        table = e.table.weight if isinstance(e.table, TrainableTable) else None
-        if table is None:
-            raise TypeError(f"Engram layer {key} has no trainable float table to export")
-        eng[p + "embed.weight"], eng[p + "embed.scale"] = fp8.quantize_rows(table.detach().float())
-        eng[p + "wkv.weight"], eng[p + "wkv.scale"] = fp8.quantize_matrix(e.wkv.weight.detach().float())
-        eng[p + "q_weight"] = e.q_weight.detach().to(torch.bfloat16)
-        eng[p + "k_weight"] = e.k_weight.detach().to(torch.bfloat16)
-    shards = {LM_SHARD: lm}
-    if eng:
-        shards[ENGRAM_SHARD] = {k: v.contiguous() for k, v in eng.items()}
-    return shards
-
-
-def save_tiny_model(model: TinyEngramLM, out: str | Path, extra_config: dict | None = None) -> list[Path]:
-    """Write ``config.json`` (the Engram config + ``tiny_lm``), the index and the shards into ``out``
-    (atomically, file by file). Returns the written paths."""
-    from safetensors.torch import save_file
-
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    shards = export_tensors(model)
-    cfg = {k: v for k, v in model.config.to_dict().items() if k != "name"}
-    cfg["tiny_lm"] = model.lm.to_dict()
-    cfg.update(extra_config or {})
-    written = []
-    weight_map, total = {}, 0
-    for fname, tensors in shards.items():
-        tmp = out / (fname + ".tmp")
-        save_file(tensors, str(tmp), metadata={"format": "pt"})
-        tmp.chmod(0o644)
-        tmp.replace(out / fname)
-        written.append(out / fname)
-        for name, t in tensors.items():
-            weight_map[name] = fname
-            total += t.numel() * t.element_size()
-    write_json(out / INDEX_FILE, {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))})
-    write_json(out / "config.json", cfg)
-    return [*written, out / INDEX_FILE, out / "config.json"]
-
-
-def _read_folder(path: Path) -> tuple[dict, dict[str, torch.Tensor]]:
-    from safetensors.torch import load_file
-
-    cfg_file, index_file = path / "config.json", path / INDEX_FILE
-    for f in (cfg_file, index_file):
-        if not f.is_file():
-            raise FileNotFoundError(f"tiny model folder {path} lacks {f.name}")
-    raw = json.loads(cfg_file.read_text())
-    if "tiny_lm" not in raw:
-        raise ValueError(f"{cfg_file} has no 'tiny_lm' section; it is not a tiny Engram LM folder")
-    index = json.loads(index_file.read_text())
-    tensors: dict[str, torch.Tensor] = {}
-    for fname in sorted(set(index["weight_map"].values())):
-        tensors.update(load_file(str(path / fname)))
-    missing = sorted(set(index["weight_map"]) - set(tensors))
-    if missing:
-        raise ValueError(f"tiny model folder {path}: tensors {missing[:5]} listed in the index are missing")
-    return raw, tensors
-
-
-def load_tiny_model(
-    path: str | Path | None = None, mode: str = "fp8", device: str | torch.device = "cpu"
-) -> TinyEngramLM:
-    """The exported tiny model (default: the committed ``data/tiny-engram``), in eval mode.
-
-    The Engram layers are built with ``Engram.from_weights`` from the fp8 tensors (``mode`` is the
-    wkv mode, ``fp8`` as the reference); the LM's bf16 tensors compute in float32."""
-    from engram_viz.config import EngramConfig, match_preset
-    from engram_viz.core.tokenizer import get_tokenizer
-
-    path = Path(path) if path is not None else DEFAULT_DIR
-    raw, tensors = _read_folder(path)
-    config = match_preset(EngramConfig.from_dict(raw, name=path.name))
-    lm = TinyLMConfig(**raw["tiny_lm"])
-    engrams = {}
-    if lm.use_engram:
-        from engram_viz.weights.checkpoint import EngramWeights
-        from engram_viz.weights.table import InMemoryTable
-
-        for layer_id in config.engram_layer_ids:
-            p = f"layers.{layer_id}.engram."
-            w = EngramWeights(
-                layer_id=layer_id,
-                table=InMemoryTable(
-                    tensors[p + "embed.weight"], tensors[p + "embed.scale"], label=f"table {p}embed of {path}"
-                ),
-                wkv_weight=tensors[p + "wkv.weight"],
-                wkv_scale=tensors[p + "wkv.scale"],
-                q_weight=tensors[p + "q_weight"],
-                k_weight=tensors[p + "k_weight"],
-            )
-            engrams[layer_id] = Engram.from_weights(config, w, mode=mode, device=device)
-    tok = get_tokenizer(config)
-    model = TinyEngramLM(config, tok.token_map, tensors["tiny.embed.raw_ids"], lm, engrams=engrams)
-    state = {"embed.weight": tensors["tiny.embed.weight"], "norm.weight": tensors["tiny.norm.weight"]}
-    state.update({k[len("tiny.") :]: v for k, v in tensors.items() if k.startswith("tiny.layers.")})
-    own = {k: v for k, v in model.state_dict().items() if not k.startswith("engrams.")}
-    if set(own) != set(state):
-        raise ValueError(
-            f"tiny model folder {path}: LM tensors differ from the architecture: {sorted(set(own) ^ set(state))[:5]}"
-        )
-    model.load_state_dict({k: v.float() for k, v in state.items()}, strict=False)
-    return model.to(device).eval()
-
-
-# ------------------------------------------------------------------------ as a suite Checkpoint
-
-TRAINED_ON = "the King James Bible + Debian Reference (zh-CN)"
-
-
-def is_tiny_lm_folder(path: str | Path | None) -> bool:
-    """True when ``path`` is a folder whose ``config.json`` has a ``tiny_lm`` section."""
-    if path is None:
-        return False
-    cfg = Path(path) / "config.json"
-    try:
-        return cfg.is_file() and "tiny_lm" in json.loads(cfg.read_text())
-    except (OSError, ValueError):
-        return False
-
-
-def checkpoint_label(path: str | Path) -> str:
-    """The label a tiny-LM folder carries into every output: ``label`` in its ``config.json`` if set,
-    else e.g. ``tiny Engram LM trained on ... (engram-viz, data/tiny-engram)``."""
-    path = Path(path).resolve()
-    raw = json.loads((path / "config.json").read_text())
-    if raw.get("label"):
-        return str(raw["label"])
-    try:
-        where = str(path.relative_to(DEFAULT_DIR.parent.parent))
-    except ValueError:
-        where = str(path)
-    seed = raw.get("training", {}).get("seed")
-    extra = "" if seed in (None, 0) else f", seed {seed}"
-    return f"tiny Engram LM trained on {TRAINED_ON} (engram-viz, {where}{extra})"
-
-
-def compact_token_embedding(path: str | Path, label: str):
-    """The tiny LM's token embedding as a suite ``table.TokenEmbedding`` over all raw ids
-    (``[vocab_size, dim]`` bf16): ids outside its small vocabulary read the unknown row 0."""
-    from safetensors import safe_open
-
-    from engram_viz.weights.table import RowSource, TokenEmbedding
-
-    path = Path(path)
-    with safe_open(str(path / LM_SHARD), framework="pt") as f:
-        weight, raw_ids = f.get_tensor("tiny.embed.weight"), f.get_tensor("tiny.embed.raw_ids")
-    vocab = load_config(path).vocab_size
-    remap = np.zeros(vocab, dtype=np.int64)
-    remap[raw_ids[1:].numpy()] = np.arange(1, len(raw_ids))
-
-    class _Compact(RowSource):
-        def __init__(self):
-            self.num_rows, self.cols, self.dtype, self.label = vocab, weight.shape[1], weight.dtype, label
-
-        def read_unique(self, ids: np.ndarray) -> torch.Tensor:
-            return weight[torch.from_numpy(remap[ids])]
-
-    return TokenEmbedding(_Compact(), label=f"token embedding of the {label} (unknown ids -> row 0)")

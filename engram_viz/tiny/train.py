@@ -1,35 +1,34 @@
 """``engram-viz train-tiny``: train the tiny Engram LM on the CPU, deterministically, and export it.
 
-Data: the King James Bible (Debian ``bible-kjv-text``, public domain) and the Chinese
-translation of the Debian Reference (Debian ``debian-reference-zh-cn``). Each document (a Bible
-chapter; a ~1,000-character run of Chinese paragraphs) is tokenised with the V4 tokenizer, BOS
-first. Every 25th document (index % 25 == 12) is held out; the rest are concatenated into one
-training stream. A training batch is ``batch`` windows of ``seq_len + 1`` tokens starting at
-offsets drawn from a ``torch.Generator`` seeded with the seed; held-out loss is the mean over
-fixed non-overlapping windows of the held-out stream. Every window hashes as a fresh prompt.
+The data, its fixed split and the batch windows are ``engram_viz.tiny.data``; the model is
+``engram_viz.tiny.model`` and its exported files ``engram_viz.tiny.files``. Training is AdamW
+(betas 0.9/0.95; weight decay on matrices only; the Engram tables at their own learning rate)
+with linear warm-up and cosine decay to 10% (:func:`lr_at`), gradients clipped to norm 1. Every
+``eval_every`` steps the held-out loss is probed on the first ``PROBE_WINDOWS`` windows, with and
+without the Engram gates forced shut; the final step scores all of them.
 """
 
 from __future__ import annotations
 
-import gzip
 import math
-import re
-import subprocess
 import time
-import unicodedata
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
+from matplotlib.figure import Figure
+from tqdm import tqdm
 
+from engram_viz._files import atomic_path
 from engram_viz.config import load_config
-from engram_viz.core.tokenizer import BOS_ID, get_tokenizer
+from engram_viz.core.tokenizer import get_tokenizer
+from engram_viz.tiny.data import Corpus, batch_offsets, build_corpus, heldout_windows
+from engram_viz.tiny.files import load_tiny_model, save_tiny_model, write_json
+from engram_viz.tiny.model import TinyEngramLM, TinyLMConfig, count_parameters, gates_forced
 
-HOLDOUT_EVERY, HOLDOUT_AT = 25, 12
 PROBE_WINDOWS = 64  # held-out windows scored during training (the final score uses all of them)
-ZH_DOC_CHARS = 1000
-VOCAB_ROWS = 4096  # the small vocabulary: unknown row 0 + the 4,095 commonest raw ids of the training split
 
 
 @dataclass(frozen=True)
@@ -45,114 +44,6 @@ class TrainSettings:
     threads: int = 1  # see MODEL_CARD.md: on a shared 2-core machine 2 threads ran ~4x slower than 1
 
 
-# ---------------------------------------------------------------------------------------- data
-
-
-def _kjv_text() -> str:
-    """The whole KJV as printed by Debian's ``bible`` program (bible-kjv)."""
-    try:
-        out = subprocess.run(["bible", "gen1:1-rev22:21"], capture_output=True, text=True, check=True)
-    except FileNotFoundError:
-        raise FileNotFoundError("the `bible` program is missing: apt-get install bible-kjv bible-kjv-text") from None
-    return out.stdout
-
-
-def kjv_documents(text: str | None = None) -> list[str]:
-    """One document per chapter: ``"Genesis 1\\nIn the beginning ..."``, verse numbers dropped."""
-    text = _kjv_text() if text is None else text
-    docs, title, verses = [], None, []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        if not line.startswith(" ") and re.match(r"^[1-3]?\s?[A-Za-z ]+ \d+$", line.strip()):
-            if title is not None:
-                docs.append(title + "\n" + " ".join(verses))
-            title, verses = line.strip(), []
-            continue
-        m = re.match(r"^\s+\d+\s+(.*)$", line)
-        verses.append((m.group(1) if m else line).strip())
-    if title is not None:
-        docs.append(title + "\n" + " ".join(verses))
-    return docs
-
-
-ZH_REFERENCE = Path("/usr/share/debian-reference/debian-reference.zh-cn.txt.gz")
-_CJK = re.compile(r"[\u4e00-\u9fff]")
-
-
-def zh_documents(path: Path = ZH_REFERENCE) -> list[str]:
-    """Chinese prose paragraphs of the Debian Reference (tables, code lines and paragraphs
-    without Chinese characters dropped), grouped into documents of ~1,000 characters."""
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: apt-get install debian-reference-zh-cn")
-    with gzip.open(path, "rt", encoding="utf-8") as fh:
-        raw = unicodedata.normalize("NFC", fh.read()).replace("\u00a0", " ")
-    paras, cur = [], []
-    for line in raw.splitlines():
-        s = line.strip()
-        if not s or s[0] in "|+-$#" or s.startswith("*"):
-            if cur:
-                paras.append("".join(cur) if _CJK.search("".join(cur)) else "")
-                cur = []
-            continue
-        cur.append(s if not cur or _CJK.match(s[0]) else " " + s)
-    if cur:
-        paras.append("".join(cur))
-    docs, acc = [], ""
-    for p in (p for p in paras if p and _CJK.search(p)):
-        acc = acc + "\n" + p if acc else p
-        if len(acc) >= ZH_DOC_CHARS:
-            docs.append(acc)
-            acc = ""
-    if acc:
-        docs.append(acc)
-    return docs
-
-
-@dataclass
-class Corpus:
-    """Token streams (raw V4 ids, int64) of the fixed split, and the small vocabulary."""
-
-    train: torch.Tensor
-    heldout: torch.Tensor
-    raw_ids: torch.Tensor  # [V] raw id of each small-vocab row; raw_ids[0] = -1 (unknown)
-    n_docs: dict
-
-
-def build_corpus(config="tiny", vocab_rows: int = VOCAB_ROWS) -> Corpus:
-    """Tokenise both sources, split every 25th document off, build the vocabulary from train: the
-    ``vocab_rows - 1`` commonest raw ids (ties: lower id first), sorted by id, after the unknown row."""
-    tok = get_tokenizer(load_config(config))
-    docs = [("en", d) for d in kjv_documents()] + [("zh", d) for d in zh_documents()]
-    enc = tok.backend.encode_batch([d for _, d in docs], add_special_tokens=False)
-    train, held = [], []
-    n_docs = {"en_train": 0, "en_heldout": 0, "zh_train": 0, "zh_heldout": 0}
-    for i, ((lang, _), e) in enumerate(zip(docs, enc)):
-        is_held = i % HOLDOUT_EVERY == HOLDOUT_AT
-        (held if is_held else train).append([BOS_ID, *e.ids])
-        n_docs[f"{lang}_{'heldout' if is_held else 'train'}"] += 1
-    train_ids = torch.tensor([t for d in train for t in d], dtype=torch.int64)
-    held_ids = torch.tensor([t for d in held for t in d], dtype=torch.int64)
-    counts = torch.bincount(train_ids, minlength=tok.vocab_size)
-    order = np.lexsort((np.arange(len(counts)), -counts.numpy()))  # by count desc, then id
-    kept = torch.from_numpy(np.sort(order[: vocab_rows - 1]))
-    raw_ids = torch.cat([torch.tensor([-1]), kept])
-    return Corpus(train_ids, held_ids, raw_ids, n_docs)
-
-
-def batch_offsets(n_tokens: int, seq_len: int, batch: int, steps: int, seed: int) -> torch.Tensor:
-    """``[steps, batch]`` window starts, a pure function of the seed."""
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, n_tokens - seq_len - 1, (steps, batch), generator=g)
-
-
-def heldout_windows(heldout: torch.Tensor, seq_len: int) -> torch.Tensor:
-    """Fixed non-overlapping windows ``[N, seq_len + 1]`` of the held-out stream."""
-    n = (len(heldout) - 1) // seq_len
-    idx = torch.arange(n)[:, None] * seq_len + torch.arange(seq_len + 1)[None, :]
-    return heldout[idx]
-
-
 def lr_at(step: int, s: TrainSettings) -> float:
     """Linear warm-up, cosine decay to 10%."""
     if step < s.warmup:
@@ -161,21 +52,10 @@ def lr_at(step: int, s: TrainSettings) -> float:
     return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac))
 
 
-def now() -> float:
-    return time.perf_counter()
-
-
-# ------------------------------------------------------------------------------------ training
-
-
 @torch.no_grad()
-def heldout_loss(model, windows: torch.Tensor, batch: int = 64, shut_gates: bool = False) -> float:
+def heldout_loss(model: TinyEngramLM, windows: torch.Tensor, batch: int = 64, shut_gates: bool = False) -> float:
     """Mean next-token cross-entropy (nats/token) over held-out windows ``[N, T + 1]``; with
     ``shut_gates`` every Engram gate is forced to 0 through the ``engram.L{n}.gate`` hooks."""
-    from contextlib import nullcontext
-
-    from engram_viz.tiny.model import gates_forced
-
     was = model.training
     model.eval()
     total, count = 0.0, 0
@@ -190,12 +70,8 @@ def heldout_loss(model, windows: torch.Tensor, batch: int = 64, shut_gates: bool
 
 def plot_curves(history: dict, path: Path, title: str) -> None:
     """Loss curve figure (train loss, smoothed, and held-out loss vs step) as PNG, written atomically."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=120)
+    fig = Figure(figsize=(6.4, 3.6), dpi=120)
+    ax = fig.subplots()
     steps, losses = np.asarray(history["train_step"]), np.asarray(history["train_loss"])
     k = 25
     if len(losses) > k:
@@ -214,42 +90,12 @@ def plot_curves(history: dict, path: Path, title: str) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp)
-    plt.close(fig)
-    tmp.replace(path)
+    with atomic_path(path, suffix=".png") as tmp:
+        fig.savefig(tmp)
 
 
-def train_tiny(
-    out: str | Path,
-    seed: int = 0,
-    use_engram: bool = True,
-    settings: TrainSettings = TrainSettings(),
-    progress: bool = True,
-) -> dict:
-    """Train, export (fp8 Engram tensors) and evaluate; writes the model folder, ``metrics.json`` and
-    ``loss_curve.png`` into ``out`` and returns the metrics."""
-    from tqdm import tqdm
-
-    from engram_viz.tiny.model import (
-        TinyEngramLM,
-        TinyLMConfig,
-        count_parameters,
-        load_tiny_model,
-        save_tiny_model,
-        write_json,
-    )
-
-    out = Path(out)
-    torch.set_num_threads(settings.threads)
-    torch.manual_seed(seed)
-    t_start = now()
-    config = load_config("tiny")
-    tok = get_tokenizer(config)
-    corpus = build_corpus(config)
-    windows = heldout_windows(corpus.heldout, settings.seq_len)
-    lm = TinyLMConfig(vocab_rows=len(corpus.raw_ids), use_engram=use_engram)
-    model = TinyEngramLM(config, tok.token_map, corpus.raw_ids, lm)
+def _optimizer(model: TinyEngramLM, settings: TrainSettings) -> torch.optim.AdamW:
+    """AdamW: weight decay on matrices only; the Engram tables (``.table.``) at ``table_lr``."""
     table_params = [p for n, p in model.named_parameters() if ".table." in n]
     decay = [p for n, p in model.named_parameters() if ".table." not in n and p.dim() == 2]
     other = [p for n, p in model.named_parameters() if ".table." not in n and p.dim() != 2]
@@ -259,12 +105,20 @@ def train_tiny(
     ]
     if table_params:
         groups.append({"params": table_params, "lr": settings.table_lr, "weight_decay": 0.0})
-    base = [g["lr"] for g in groups]
-    opt = torch.optim.AdamW(groups, betas=(0.9, 0.95))
+    return torch.optim.AdamW(groups, betas=(0.9, 0.95))
+
+
+def _train_steps(
+    model: TinyEngramLM, corpus: Corpus, windows: torch.Tensor, seed: int, settings: TrainSettings, progress: bool
+) -> dict[str, list]:
+    """The training loop; returns the history: train loss per step and held-out probes
+    (``eval_shut``: the same with the Engram gates forced to 0, Engram models only)."""
+    opt = _optimizer(model, settings)
+    base = [g["lr"] for g in opt.param_groups]
     offsets = batch_offsets(len(corpus.train), settings.seq_len, settings.batch, settings.steps, seed)
     span = torch.arange(settings.seq_len + 1)
     history: dict[str, list] = {"train_step": [], "train_loss": [], "eval_step": [], "eval_loss": [], "eval_shut": []}
-    t_train = now()
+    use_engram = model.lm.use_engram
     bar = tqdm(
         range(settings.steps),
         desc=f"train-tiny seed {seed}{'' if use_engram else ' no-engram'}",
@@ -284,14 +138,37 @@ def train_tiny(
         history["train_step"].append(step)
         history["train_loss"].append(float(loss.detach()))
         if (step + 1) % settings.eval_every == 0 or step + 1 == settings.steps:
-            final = step + 1 == settings.steps
-            probe = windows if final else windows[:PROBE_WINDOWS]
+            probe = windows if step + 1 == settings.steps else windows[:PROBE_WINDOWS]
             history["eval_step"].append(step + 1)
             history["eval_loss"].append(heldout_loss(model, probe))
             if use_engram:
                 history["eval_shut"].append(heldout_loss(model, probe, shut_gates=True))
             bar.set_postfix(loss=f"{float(loss.detach()):.3f}", heldout=f"{history['eval_loss'][-1]:.3f}")
-    train_s = now() - t_train
+    return history
+
+
+def train_tiny(
+    out: str | Path,
+    seed: int = 0,
+    use_engram: bool = True,
+    settings: TrainSettings = TrainSettings(),
+    progress: bool = True,
+) -> dict:
+    """Train, export (fp8 Engram tensors) and evaluate; writes the model folder, ``metrics.json`` and
+    ``loss_curve.png`` into ``out`` and returns the metrics."""
+    out = Path(out)
+    torch.set_num_threads(settings.threads)
+    torch.manual_seed(seed)
+    t_start = time.perf_counter()
+    config = load_config("tiny")
+    tok = get_tokenizer(config)
+    corpus = build_corpus(config)
+    windows = heldout_windows(corpus.heldout, settings.seq_len)
+    lm = TinyLMConfig(vocab_rows=len(corpus.raw_ids), use_engram=use_engram)
+    model = TinyEngramLM(config, tok.token_map, corpus.raw_ids, lm)
+    t_train = time.perf_counter()
+    history = _train_steps(model, corpus, windows, seed, settings, progress)
+    train_s = time.perf_counter() - t_train
 
     provenance = {
         "seed": seed,
@@ -313,7 +190,7 @@ def train_tiny(
         "heldout_fp8_gates_shut": heldout_loss(exported, windows, shut_gates=True) if use_engram else None,
         "history": history,
     }
-    metrics["total_wall_s"] = round(now() - t_start, 1)
+    metrics["total_wall_s"] = round(time.perf_counter() - t_start, 1)
     title = f"tiny Engram LM{'' if use_engram else ' (no Engram)'}, seed {seed}, {settings.steps} steps"
     plot_curves(history, out / "loss_curve.png", title)
     write_json(out / "metrics.json", metrics)

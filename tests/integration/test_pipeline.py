@@ -5,13 +5,19 @@ from __future__ import annotations
 import pytest
 import torch
 
+from engram_viz.analysis.exposure import collision_exposure
 from engram_viz.config import TEXT
 from engram_viz.core.engram import default_device
 from engram_viz.core.layout import EngramLayout
+from engram_viz.core.tokenizer import get_tokenizer
 from engram_viz.run.capture import HookRegistry, force_gate
 from engram_viz.run.pipeline import Pipeline
+from engram_viz.run.prompts import load_prompts
 from engram_viz.run.streams import embedding_streams, save_captured_streams
-from engram_viz.weights.checkpoint import default_checkpoint, synthetic_checkpoint
+from engram_viz.tiny.files import load_tiny_model, save_tiny_model
+from engram_viz.tiny.model import TinyEngramLM, TinyLMConfig
+from engram_viz.weights.default import default_checkpoint
+from engram_viz.weights.synthetic import synthetic_checkpoint
 
 TEXTS = [
     "Only Alexander the Great could tame the horse Bucephalus.",
@@ -65,8 +71,8 @@ def test_trace_gates_are_the_module_output_gates(pipe):
 
 
 def test_batching_changes_nothing(pipe):
-    one = pipe.run(TEXTS, batch_size=1, exposure=False)
-    all_ = pipe.run(TEXTS, batch_size=3, exposure=False)
+    one = pipe.run(TEXTS, batch_size=1)
+    all_ = pipe.run(TEXTS, batch_size=3)
     assert torch.equal(one.row_ids, all_.row_ids) and torch.equal(one.input_ids, all_.input_ids)
     torch.testing.assert_close(one.gates, all_.gates, rtol=0, atol=1e-6)
 
@@ -93,7 +99,7 @@ def test_image_spans_gate_zero_and_blocked_hashes(pipe, tiny_config):
         fresh = torch.cat([torch.as_tensor(layout.ngram_rows(layer, (pad,) * (k - 1) + (c_after,))) for k in (2, 3, 4)])
         assert torch.equal(rows[after], fresh)
     # exposure is 0 at image positions
-    assert (trace.extras["exposure"][0, :n][span] == 0).all()
+    assert (collision_exposure(trace, pipe.config)[0, :n][span] == 0).all()
 
 
 def test_forced_gate_through_run(pipe):
@@ -109,12 +115,10 @@ def test_unknown_names_fail_before_work(pipe):
 
 
 def test_prompt_forms(pipe):
-    from engram_viz.run.prompts import load_prompts
-
     ps = [p for p in load_prompts() if p.category in ("random_token", "math")][:3]
-    trace = pipe.run(ps, exposure=False)
+    trace = pipe.run(ps)
     assert trace.prompt_ids == [p.id for p in ps]
-    trace = pipe.run([{"id": "ids", "input_ids": [0, 100, 200, 300]}], exposure=False)
+    trace = pipe.run([{"id": "ids", "input_ids": [0, 100, 200, 300]}])
     assert trace.input_ids[0].tolist() == [0, 100, 200, 300]
     with pytest.raises(ValueError, match="unique"):
         pipe.build([{"id": "a", "text": "x"}, {"id": "a", "text": "y"}])
@@ -133,7 +137,7 @@ def test_captured_and_callable_streams(tmp_path, tiny_config):
     cap = Pipeline(ckpt, streams=path, device="cpu").run()
     assert cap.streams_label.startswith("captured streams") and cap.categories == ["captured"] * 2
     fn = Pipeline(ckpt, streams=lambda i, t, layer: x1 if layer == 1 else x3, device="cpu")
-    call = fn.run(TEXTS[:2], batch_size=2, exposure=False)
+    call = fn.run(TEXTS[:2], batch_size=2)
     assert call.streams_label.startswith("user streams")
     torch.testing.assert_close(cap.gates, call.gates, rtol=0, atol=1e-6)
     assert torch.equal(cap.row_ids, call.row_ids)
@@ -143,9 +147,6 @@ def test_captured_and_callable_streams(tmp_path, tiny_config):
 def test_tiny_lm_folder_runs_whole_with_its_own_streams(tmp_path, tiny_config):
     """A tiny Engram LM folder runs as a whole model: each Engram layer reads the streams the blocks
     before it produced, and the hooks are the model's own Engram hook points."""
-    from engram_viz.core.tokenizer import get_tokenizer
-    from engram_viz.tiny.model import TinyEngramLM, TinyLMConfig, load_tiny_model, save_tiny_model
-
     tok = get_tokenizer(tiny_config)
     raw = torch.tensor([0, *range(100, 900)])
     torch.manual_seed(0)

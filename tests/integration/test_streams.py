@@ -224,7 +224,7 @@ def test_streams_from_tensor():
 
 
 def test_embedding_streams_of_the_synthetic_checkpoint_say_synthetic():
-    from engram_viz.weights.checkpoint import synthetic_checkpoint
+    from engram_viz.weights.synthetic import synthetic_checkpoint
 
     ckpt = synthetic_checkpoint("tiny")
     ids = torch.tensor([[0, 1, 2, 100]])

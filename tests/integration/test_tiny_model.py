@@ -10,20 +10,15 @@ import torch
 
 from engram_viz.cli import build_parser
 from engram_viz.config import load_config
+from engram_viz.core.schema import expected_tensors
 from engram_viz.core.tokenizer import get_tokenizer
-from engram_viz.tiny.model import (
-    DEFAULT_DIR,
-    ENGRAM_SHARD,
-    INDEX_FILE,
-    LM_SHARD,
-    TinyEngramLM,
-    TinyLMConfig,
-    gates_forced,
-    load_tiny_model,
-    save_tiny_model,
-)
-from engram_viz.weights.checkpoint import default_checkpoint, expected_tensors, open_checkpoint
-from engram_viz.weights.table import read_safetensors_header
+from engram_viz.tiny.files import load_tiny_model, save_tiny_model
+from engram_viz.tiny.model import TinyEngramLM, TinyLMConfig, gates_forced
+from engram_viz.weights.checkpoint import open_checkpoint
+from engram_viz.weights.default import default_checkpoint
+from engram_viz.weights.safetensors import read_safetensors_header
+from engram_viz.weights.scan import INDEX_FILE
+from engram_viz.weights.tiny_folder import DEFAULT_DIR, ENGRAM_SHARD, LM_SHARD
 
 TORCH_DTYPE = {"F8_E4M3": torch.float8_e4m3fn, "F8_E8M0": torch.float8_e8m0fnu, "BF16": torch.bfloat16}
 PROMPT = "In the beginning God created the heaven and the earth. 起初，神创造天地。"

@@ -9,11 +9,12 @@ import pandas as pd
 import pytest
 import torch
 
+from engram_viz.analysis.exposure import collision_exposure
 from engram_viz.core.hooks import hook_name
 from engram_viz.core.layout import EngramLayout
 from engram_viz.run.pipeline import Pipeline
 from engram_viz.run.trace import Trace, TraceError
-from engram_viz.weights.checkpoint import synthetic_checkpoint
+from engram_viz.weights.synthetic import synthetic_checkpoint
 
 PROMPTS = [
     {"id": "en", "category": "english_entities", "text": "Alexander the Great tamed Bucephalus."},
@@ -26,7 +27,9 @@ PROMPTS = [
 @pytest.fixture(scope="module")
 def trace() -> Trace:
     pipe = Pipeline(synthetic_checkpoint("tiny", 0), streams="embedding", device="cpu", batch_size=2)
-    return pipe.run(PROMPTS, names=["engram.*.dot", "engram.L1.rows", "engram.L3.out", "engram.L1.value"])
+    trace = pipe.run(PROMPTS, names=["engram.*.dot", "engram.L1.rows", "engram.L3.out", "engram.L1.value"])
+    trace.extras["exposure"] = collision_exposure(trace, pipe.config)
+    return trace
 
 
 def test_contents(trace, tiny_config):

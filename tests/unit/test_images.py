@@ -7,8 +7,10 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from prompt_kit import as_torch, span_rows
 
-from engram_viz.analysis.ngrams import StreamWindows, rows_from_windows
+from engram_viz.analysis.hashes import rows_from_windows
+from engram_viz.analysis.windows import StreamWindows
 from engram_viz.config import IMAGE, IMAGE_END, IMAGE_NEWLINE, IMAGE_START, TEXT, load_config
 from engram_viz.core.hashing import hash_prompt
 from engram_viz.core.layout import EngramLayout
@@ -37,15 +39,17 @@ def test_build_input_layout(tokenizer):
     for s in x.spans:
         assert x.token_types[s.start : s.stop].tolist() == _reference_span(s.width, s.height)
         assert (x.input_ids[s.start : s.stop] == CFG.image_token_id).all()
-        assert s.length == s.stop - s.start and s.n_image_tokens == s.width * s.height
-        for a, b in s.rows():
+        assert (
+            s.length == s.stop - s.start and int((x.token_types[s.start : s.stop] == IMAGE).sum()) == s.width * s.height
+        )
+        for a, b in span_rows(s):
             assert (x.token_types[a:b] == IMAGE).all() and x.token_types[b] == IMAGE_NEWLINE
-    assert np.array_equal(x.token_mask, x.token_types == TEXT) and np.array_equal(x.image_mask, ~x.token_mask)
+    assert np.array_equal(x.token_mask, x.token_types == TEXT) and np.array_equal(x.token_types >= 0, ~x.token_mask)
     # the text between the spans is exactly the tokenizer's encoding of each segment
     segments = ["Look at ", " and ", ", then answer."]
     assert [x.input_ids[a:b].tolist() for a, b in x.text_ranges] == [[BOS_ID]] + [tokenizer.encode(s) for s in segments]
     assert (x.token_types[x.token_mask] == TEXT).all()
-    t = x.to_torch()
+    t = as_torch(x)
     assert t["input_ids"].shape == (1, len(x)) and t["token_mask"].dtype == torch.bool
     no_bos = build_input("<image:2x2>", tokenizer, CFG, bos=False)
     assert no_bos.token_types.tolist() == _reference_span(2, 2) and no_bos.text_ranges == ()
@@ -96,7 +100,7 @@ def test_hashes_blocked_where_the_reference_says(config_name, tokenizer):
     cfg = load_config(config_name)
     layout = EngramLayout(cfg)
     x = build_input("red fox <image:2x2> jumps over <image:1x1>dogs", tokenizer, cfg)
-    t = x.to_torch()
+    t = as_torch(x)
     rows = hash_prompt(cfg, tokenizer.token_map, t["input_ids"], t["token_mask"])[0].numpy()
     c = tokenizer.compress(x.input_ids)
     pad = int(tokenizer.token_map[cfg.engram_pad_id])

@@ -6,9 +6,10 @@ import json
 
 import numpy as np
 import pytest
+from prompt_kit import build_prompts
 
 from engram_viz.core.tokenizer import BOS_ID
-from engram_viz.run.prompts import CATEGORIES, DEFAULT_PROMPTS, PromptError, build_prompt, build_prompts, load_prompts
+from engram_viz.run.prompts import CATEGORIES, DEFAULT_PROMPTS, PromptError, build_prompt, load_prompts
 
 
 def test_default_set_covers_every_category_and_the_figure7_examples(tokenizer):
