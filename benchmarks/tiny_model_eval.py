@@ -31,8 +31,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from engram_viz.tiny.model import DEFAULT_DIR, ENGRAM_SHARD, LM_SHARD, gates_forced, load_tiny_model
-from engram_viz.tiny.train import TrainSettings, build_corpus, heldout_windows
+from engram_viz.tiny.data import build_corpus, heldout_windows
+from engram_viz.tiny.files import load_tiny_model
+from engram_viz.tiny.model import gates_forced
+from engram_viz.tiny.train import TrainSettings
+from engram_viz.weights.tiny_folder import DEFAULT_DIR, ENGRAM_SHARD, LM_SHARD
 
 BEGIN, END = "<!-- eval:begin -->", "<!-- eval:end -->"
 OFTEN, RARE = 50, (1, 4)

@@ -26,6 +26,7 @@
 # %%
 from IPython.display import display
 
+from engram_viz.analysis.exposure import collision_exposure
 from engram_viz.apps import notebook as nb
 from engram_viz.viz import gate_heatmap, gate_heatmap_interactive, token_view
 
@@ -50,6 +51,7 @@ nb.provenance(pipe)
 # %%
 prompt = "Only Alexander the Great could tame the horse Bucephalus."
 trace = pipe.run([{"id": "alexander", "category": "english_entities", "text": prompt}])
+trace.extras["exposure"] = collision_exposure(trace, pipe.config)
 gates = trace.to_frame("gates")
 rows = trace.to_frame("rows")
 display(nb.provenance(trace))

@@ -16,6 +16,7 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from prompt_kit import as_torch
 
 from engram_viz.cli import main
 from engram_viz.config import EngramConfig, load_config
@@ -146,7 +147,7 @@ def reference_rows(ref: Reference, tokenizer, ids: torch.Tensor, mask: torch.Ten
 
 def vl_prompt(tokenizer, preset: str, text: str) -> tuple[torch.Tensor, torch.Tensor]:
     """Raw ids [1, T] and token mask [1, T] of a prompt with ``<image:WxH>`` placeholders (no BOS)."""
-    built = build_input(text, tokenizer, preset, bos=False).to_torch()
+    built = as_torch(build_input(text, tokenizer, preset, bos=False))
     return built["input_ids"], built["token_mask"]
 
 
