@@ -1,35 +1,29 @@
 """Figures of the suite, one style, light and dark themes.
 
-Paper figures (matplotlib, ``paper`` / ``tokens``), each taking a tidy frame:
+Paper figures (matplotlib: ``gate_plots``, ``collision_plots``, ``usage_plots``, ``token_figure``),
+each taking a tidy frame with the library's own column names first; all but the token text accept
+``ax=`` (draw into given axes and return them; else a new themed figure, returned):
 
 - ``token_text_figure(gates, ...)``      token-coloured text (Engram paper Figure 7 style)
 - ``gate_heatmap(gates, ...)``           stream x position gates of one prompt
 - ``gate_distributions(gates, by=...)``  gates per category / prompt, per stream and layer
 - ``exposure_beside_gates(gates, ...)``  collision exposure under the gate heatmap
+- ``gate_difference_heatmap(diff)``      gate of prompt B minus prompt A per aligned token
 - ``collisions_vs_expected(collisions)`` observed vs uniform-hash colliding buckets per head
+- ``heads_shared_vs_expected(heads)``   n-grams sharing a bucket on k of 8 heads vs a uniform hash
 - ``coverage_per_column(coverage)``      rows touched / prime per (order, head)
 - ``row_rank_frequency(usage)``          hits of the r-th most used row, log-log
 - ``touched_rows_map(usage, layout)``    touched rows over a layer's address space, binned
-- ``heads_shared_vs_expected(heads)``   n-grams sharing a bucket on k of 8 heads vs a uniform hash
-- ``gate_difference_heatmap(diff)``      gate of prompt B minus prompt A per aligned token
 
 Exploring (plotly): ``gate_heatmap_interactive(gates, rows=...)``, ``gate_difference_interactive(diff)``. Token-coloured HTML with
 tooltips: ``token_html(gates)``; ``token_view(gates)`` shows in a notebook as HTML plus a PNG.
 Save any of them with ``engram_viz.viz.export.export_all(fig, stem)``.
 """
 
+from engram_viz.viz.cells import token_cells
+from engram_viz.viz.collision_plots import collisions_vs_expected, heads_shared_vs_expected
+from engram_viz.viz.gate_plots import exposure_beside_gates, gate_difference_heatmap, gate_distributions, gate_heatmap
 from engram_viz.viz.interactive import gate_difference_interactive, gate_heatmap_interactive
-from engram_viz.viz.paper import (
-    collisions_vs_expected,
-    coverage_per_column,
-    exposure_beside_gates,
-    gate_difference_heatmap,
-    gate_distributions,
-    gate_heatmap,
-    heads_shared_vs_expected,
-    row_rank_frequency,
-    touched_rows_map,
-)
 from engram_viz.viz.style import (
     THEMES,
     CJKFontMissingError,
@@ -40,7 +34,9 @@ from engram_viz.viz.style import (
     paper_rc,
     require_cjk_font,
 )
-from engram_viz.viz.tokens import TokenView, token_cells, token_html, token_text_figure, token_view
+from engram_viz.viz.token_figure import token_text_figure
+from engram_viz.viz.tokens import TokenView, token_html, token_view
+from engram_viz.viz.usage_plots import coverage_per_column, row_rank_frequency, touched_rows_map
 
 __all__ = [
     "THEMES",

@@ -1,9 +1,9 @@
 """Write figures to disk, atomically: PDF / SVG / PNG (matplotlib), HTML (plotly with plotly.js
 inlined, or the token-coloured text page) and PNG / SVG / PDF of plotly figures via kaleido 1.x.
 
-Every file is written to a temporary file in the target folder and moved into place with
-``os.replace``, so an interrupted export never leaves a partial file (an older file of the same
-name stays as it was). Plotly static export needs a Chrome/Chromium: kaleido's choreographer
+Every file goes through the suite's one atomic writer (``engram_viz._files``): a temporary file in
+the target folder moved into place, so an interrupted export never leaves a partial file (an older
+file of the same name stays as it was). Plotly static export needs a Chrome/Chromium: kaleido's choreographer
 finds Debian's ``/usr/bin/chromium`` on the PATH, or the one named by ``BROWSER_PATH``.
 """
 
@@ -14,16 +14,16 @@ import hashlib
 import os
 import re
 import shutil
-import tempfile
 import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import matplotlib
 from matplotlib.figure import Figure
 
+from engram_viz._files import atomic_write_bytes, atomic_write_text, atomic_writer
+from engram_viz.errors import EngramVizError
 from engram_viz.viz.style import paper_rc
 from engram_viz.viz.tokens import TokenView
 
@@ -49,61 +49,12 @@ _REMOTE = re.compile(
 _EXPORT_ONLY_RC = {"pdf.fonttype": 42, "ps.fonttype": 42, "svg.fonttype": "none", "svg.hashsalt": "engram-viz"}
 
 
-class ExportError(RuntimeError):
+class ExportError(EngramVizError, RuntimeError):
     """A figure could not be exported."""
 
 
 class BrowserNotFoundError(ExportError):
     """Plotly static export needs Chrome/Chromium and none was found."""
-
-
-# --------------------------------------------------------------------------------- atomic files
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-@contextmanager
-def atomic_writer(path: str | os.PathLike, mode: str = "wb", encoding: str | None = None) -> Iterator[IO[Any]]:
-    """Open a temporary file next to ``path``; on a clean exit it replaces ``path`` (fsynced, with
-    the usual umask permissions); on any exception (KeyboardInterrupt included) it is removed and
-    ``path`` is left untouched. Parent folders are created."""
-    if mode not in ("wb", "w"):
-        raise ValueError(f"mode must be 'wb' or 'w', got {mode!r}")
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, mode, encoding=encoding if mode == "w" else None) as fh:
-            yield fh
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically; returns the path."""
-    with atomic_writer(path, "wb") as fh:
-        fh.write(data)
-    return Path(path)
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` atomically; returns the path."""
-    return atomic_write_bytes(path, text.encode("utf-8"))
-
-
-# ------------------------------------------------------------------------------------ matplotlib
 
 
 def save_matplotlib(fig: Figure, path: str | os.PathLike, *, dpi: float = 200, fmt: str | None = None) -> Path:
@@ -122,9 +73,6 @@ def save_matplotlib(fig: Figure, path: str | os.PathLike, *, dpi: float = 200, f
     with matplotlib.rc_context(rc), atomic_writer(path, "wb") as fh:
         fig.savefig(fh, format=fmt, dpi=dpi, metadata=metadata)
     return Path(path)
-
-
-# ---------------------------------------------------------------------------------------- HTML
 
 
 def check_offline_html(document: str, what: str = "HTML") -> None:
@@ -152,9 +100,6 @@ def plotly_html(fig) -> str:
         div_id=div_id,
         config={"displaylogo": False, "responsive": True},
     )
-
-
-# ------------------------------------------------------------------------------- plotly static
 
 
 def _choreographer_browser() -> str | None:
@@ -244,9 +189,6 @@ def save_plotly_image(
     fmt = _format_of(path, fmt)
     (data,) = render_plotly(fig, [fmt], width=width, height=height, scale=scale)
     return atomic_write_bytes(path, data)
-
-
-# ---------------------------------------------------------------------------------- dispatching
 
 
 def _format_of(path: str | os.PathLike, fmt: str | None) -> str:

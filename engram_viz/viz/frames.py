@@ -5,9 +5,13 @@ Frames (one row per observation):
 - gates: prompt, position, token, is_image, layer, stream, gate [+ exposure, category]
 - rows: prompt, position, layer, order, head, row
 - usage: layer, row, hits
-- coverage: layer, order, head, prime, touched, coverage
-- collisions: layer, order, head, prime, distinct, occupied, colliding_buckets, expected_occupied,
-  expected_colliding
+- coverage: layer, order, head, prime, rows_touched, coverage (``RowUsage.coverage()``)
+- collisions: layer, order, head, prime, distinct_ngrams, occupied, shared_buckets, expected_occupied,
+  expected_shared_buckets (``CollisionStats.columns()``)
+- heads_shared: layer, order, heads_shared, ngrams, expected_ngrams (``CollisionStats.heads_shared()``)
+
+The names are the library's own (``Trace.to_frame``, ``engram_viz.analysis``), so its frames go
+straight into the plots; frames may carry more columns than these.
 """
 
 from __future__ import annotations
@@ -20,18 +24,19 @@ import pandas as pd
 GATE_COLUMNS = ("prompt", "position", "token", "is_image", "layer", "stream", "gate")
 ROW_COLUMNS = ("prompt", "position", "layer", "order", "head", "row")
 USAGE_COLUMNS = ("layer", "row", "hits")
-COVERAGE_COLUMNS = ("layer", "order", "head", "prime", "touched", "coverage")
+COVERAGE_COLUMNS = ("layer", "order", "head", "prime", "rows_touched", "coverage")
 COLLISION_COLUMNS = (
     "layer",
     "order",
     "head",
     "prime",
-    "distinct",
+    "distinct_ngrams",
     "occupied",
-    "colliding_buckets",
+    "shared_buckets",
     "expected_occupied",
-    "expected_colliding",
+    "expected_shared_buckets",
 )
+HEADS_SHARED_COLUMNS = ("layer", "order", "heads_shared", "ngrams", "expected_ngrams")
 
 
 def require_columns(frame: pd.DataFrame, columns: Iterable[str], what: str) -> None:
@@ -145,32 +150,6 @@ def row_ids_text(rows: pd.DataFrame | None, prompt, layer: int, sep: str = "\n")
         ]
         out[int(position)] = sep.join(lines)
     return out
-
-
-def gate_summary(table: pd.DataFrame, position: int, sep: str = "  ") -> str:
-    """'s0 0.412  s1 0.377 ...' for one position of a ``gate_table``."""
-    row = table.loc[position]
-    return sep.join(f"s{int(s)} {float(row[s]):.3f}" for s in stream_columns(table))
-
-
-# Column names of the capture layer's accumulators (``RowUsage.coverage()``,
-# ``CollisionStats.columns()``) -> the names the figures use.
-ALIASES = {
-    "coverage": {"touched": "rows_touched"},
-    "collisions": {
-        "distinct": "distinct_ngrams",
-        "colliding_buckets": "shared_buckets",
-        "expected_colliding": "expected_shared_buckets",
-    },
-}
-
-
-def with_aliases(frame: pd.DataFrame, what: str) -> pd.DataFrame:
-    """``frame`` with the figure's column names, filled from the accumulator's names where missing."""
-    if not isinstance(frame, pd.DataFrame):
-        raise TypeError(f"the {what} frame must be a pandas DataFrame, got {type(frame).__name__}")
-    renames = {src: dst for dst, src in ALIASES.get(what, {}).items() if dst not in frame and src in frame}
-    return frame.rename(columns=renames) if renames else frame
 
 
 def as_usage_frame(usage) -> pd.DataFrame:

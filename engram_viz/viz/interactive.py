@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
+from matplotlib import colormaps
 
 from engram_viz.viz.frames import (
     GATE_COLUMNS,
@@ -20,12 +21,11 @@ from engram_viz.viz.frames import (
     row_ids_text,
     stream_columns,
 )
+from engram_viz.viz.gate_plots import diff_matrix
 from engram_viz.viz.style import HEAT_CMAP, HTML_FONT_STACK, Theme, display_piece, get_theme, text_color_on
 
 
 def _cividis(value: float):
-    from matplotlib import colormaps
-
     return colormaps[HEAT_CMAP](float(np.clip(value, 0.0, 1.0)))
 
 
@@ -41,6 +41,67 @@ def _plotly():
 def _plotly_text(piece: str) -> str:
     """A token piece safe for plotly's pseudo-HTML text (so '<br>' in code shows as text)."""
     return html.escape(display_piece(piece), quote=False)
+
+
+def _heatmap_rows(
+    tables: list[pd.DataFrame], layers: list[int], prompt, rows: pd.DataFrame | None, tokens: list[str]
+) -> tuple[list, list[str], list]:
+    """Per (layer, stream): the gates ``[T]`` (None at image positions), the row label and the hover
+    data ``[T, 3]`` (token, exposure, the 24 row ids)."""
+    base = tables[0]
+    n, image, positions = len(base), base["is_image"].to_numpy(), base.index.to_numpy()
+    z, ylabels, custom = [], [], []
+    for lay, table in zip(layers, tables):
+        if len(table) != n:
+            raise ValueError(
+                f"prompt {prompt!r} has {len(table)} positions at layer {lay} but {n} at layer {layers[0]}"
+            )
+        exposure = table["exposure"].astype(int).astype(str).tolist() if "exposure" in table else ["n/a"] * n
+        row_text = row_ids_text(rows, prompt, lay, sep="<br>")
+        ids = [row_text.get(int(p), "row ids: pass rows=") for p in positions]
+        for s in stream_columns(table):
+            values = table[s].to_numpy(dtype=float)
+            z.append([None if img else float(v) for v, img in zip(values, image)])
+            ylabels.append(f"L{lay} s{int(s)}")
+            custom.append([[tok, f"{e}/24", r] for tok, e, r in zip(tokens, exposure, ids)])
+    return z, ylabels, custom
+
+
+def _token_strip(go, fig, base: pd.DataFrame, tokens: list[str], custom: list, layer: int) -> None:
+    """Row 1: one cell per position coloured by the mean gate, the token written on it."""
+    image, positions = base["is_image"].to_numpy(), base.index.to_numpy()
+    strip = reduce_streams(base, "mean")
+    fig.add_trace(
+        go.Heatmap(
+            z=[[None if img else float(v) for v, img in zip(strip, image)]],
+            x=positions,
+            y=["tokens"],
+            zmin=0,
+            zmax=1,
+            colorscale=HEAT_CMAP.capitalize(),
+            showscale=False,
+            xgap=1,
+            hoverongaps=False,
+            customdata=np.array([custom], dtype=object),
+            hovertemplate="token %{customdata[0]}<br>position %{x}<br>mean gate (layer "
+            f"{layer}) %{{z:.3f}}<br>collision exposure %{{customdata[1]}}<extra></extra>",
+        ),
+        row=1,
+        col=1,
+    )
+    for p, tok, img, v in zip(positions, tokens, image, strip):
+        if img:
+            continue
+        fig.add_annotation(
+            x=p,
+            y="tokens",
+            text=tok,
+            textangle=-90,
+            showarrow=False,
+            xref="x",
+            yref="y",
+            font={"size": 11, "color": text_color_on(_cividis(v))},
+        )
 
 
 def gate_heatmap_interactive(
@@ -66,65 +127,14 @@ def gate_heatmap_interactive(
     layers = pick_layers(gates, layer, "gates")
     t = get_theme(theme)
     tables = [gate_table(gates, prompt, lay) for lay in layers]
-    base = tables[0]
-    n = len(base)
-    tokens = [_plotly_text(p) for p in base["token"]]
-    image = base["is_image"].to_numpy()
-    positions = base.index.to_numpy()
-
-    z, ylabels, custom = [], [], []
-    for lay, table in zip(layers, tables):
-        if len(table) != n:
-            raise ValueError(
-                f"prompt {prompt!r} has {len(table)} positions at layer {lay} but {n} at layer {layers[0]}"
-            )
-        exposure = table["exposure"].astype(int).astype(str).tolist() if "exposure" in table else ["n/a"] * n
-        row_text = row_ids_text(rows, prompt, lay, sep="<br>")
-        ids = [row_text.get(int(p), "row ids: pass rows=") for p in positions]
-        for s in stream_columns(table):
-            values = table[s].to_numpy(dtype=float)
-            z.append([None if img else float(v) for v, img in zip(values, image)])
-            ylabels.append(f"L{lay} s{int(s)}")
-            custom.append([[tok, f"{e}/24", r] for tok, e, r in zip(tokens, exposure, ids)])
-
-    strip = reduce_streams(tables[0], "mean")
-    strip_z = [[None if img else float(v) for v, img in zip(strip, image)]]
+    tokens = [_plotly_text(p) for p in tables[0]["token"]]
+    z, ylabels, custom = _heatmap_rows(tables, layers, prompt, rows, tokens)
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.3, 0.7], vertical_spacing=0.02)
-    fig.add_trace(
-        go.Heatmap(
-            z=strip_z,
-            x=positions,
-            y=["tokens"],
-            zmin=0,
-            zmax=1,
-            colorscale=HEAT_CMAP.capitalize(),
-            showscale=False,
-            xgap=1,
-            hoverongaps=False,
-            customdata=np.array([custom[0]], dtype=object),
-            hovertemplate="token %{customdata[0]}<br>position %{x}<br>mean gate (layer "
-            f"{layers[0]}) %{{z:.3f}}<br>collision exposure %{{customdata[1]}}<extra></extra>",
-        ),
-        row=1,
-        col=1,
-    )
-    for p, tok, img, v in zip(positions, tokens, image, strip):
-        if img:
-            continue
-        fig.add_annotation(
-            x=p,
-            y="tokens",
-            text=tok,
-            textangle=-90,
-            showarrow=False,
-            xref="x",
-            yref="y",
-            font={"size": 11, "color": text_color_on(_cividis(v))},
-        )
+    _token_strip(go, fig, tables[0], tokens, custom[0], layers[0])
     fig.add_trace(
         go.Heatmap(
             z=z,
-            x=positions,
+            x=tables[0].index.to_numpy(),
             y=ylabels,
             zmin=0,
             zmax=1,
@@ -147,7 +157,7 @@ def gate_heatmap_interactive(
     fig.update_layout(
         template=t.plotly_template,
         title={"text": f"{html.escape(str(prompt))}: gates per stream (image positions grey)", "x": 0.01},
-        width=width or int(np.clip(160 + 26 * n, 600, 1800)),
+        width=width or int(np.clip(160 + 26 * len(tokens), 600, 1800)),
         height=height or 250 + 30 * len(ylabels),
         paper_bgcolor=t.background,
         plot_bgcolor=t.image,
@@ -165,12 +175,10 @@ def gate_difference_interactive(
     difference (at least 0.05); tokens only in one prompt are gaps.
 
     diff: pair, kind, position_a, position_b, token_a, token_b, layer, stream, gate_a, gate_b, diff
-    (``engram_viz.apps.widgets.gate_difference``).
+    (``engram_viz.analysis.comparison.gate_difference``).
     """
-    from engram_viz.viz.paper import _diff_matrix
-
     go, _ = _plotly()
-    matrix, rows, labels, scale = _diff_matrix(diff)
+    matrix, rows, labels, scale = diff_matrix(diff)
     t = get_theme(theme)
     a, b = diff.attrs.get("prompts", ("A", "B"))
     first = diff.drop_duplicates("pair").set_index("pair").sort_index()

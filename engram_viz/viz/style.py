@@ -17,8 +17,12 @@ from functools import cache, lru_cache
 
 import matplotlib
 from cycler import cycler
-from matplotlib import font_manager
+from matplotlib import colormaps, font_manager
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import Colormap, LinearSegmentedColormap, to_rgb
+from matplotlib.figure import Figure
+
+from engram_viz.errors import EngramVizError
 
 # Preferred CJK families, Simplified Chinese first (Debian: fonts-noto-cjk).
 CJK_FAMILIES = (
@@ -44,7 +48,7 @@ class CJKFontWarning(UserWarning):
     """No CJK-capable font was found; Chinese tokens would render as empty boxes."""
 
 
-class CJKFontMissingError(RuntimeError):
+class CJKFontMissingError(EngramVizError, RuntimeError):
     """Raised by ``require_cjk_font`` when no CJK-capable font is installed."""
 
 
@@ -68,8 +72,6 @@ class Theme:
 
     @property
     def heat_cmap(self) -> Colormap:
-        from matplotlib import colormaps
-
         return colormaps[HEAT_CMAP].with_extremes(bad=self.image)
 
 
@@ -111,9 +113,6 @@ def get_theme(theme: str | Theme) -> Theme:
     if theme not in THEMES:
         raise ValueError(f"theme {theme!r} is unknown; expected one of {sorted(THEMES)}")
     return THEMES[theme]
-
-
-# ---------------------------------------------------------------------------------------- fonts
 
 
 def _registered_cjk() -> str | None:
@@ -252,9 +251,6 @@ def themed_figure(theme: str | Theme, figsize: tuple[float, float], layout: str 
     frozen (every later save gives the same bytes), and it is tagged with
     ``fig.engram_viz_theme`` so that ``engram_viz.viz.export`` saves it under the same settings.
     """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
     t = get_theme(theme)
     with matplotlib.rc_context(paper_rc(t)):
         fig = Figure(figsize=figsize, layout=layout)

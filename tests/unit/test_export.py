@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 from matplotlib.artist import Artist
 
+from engram_viz._files import atomic_writer
 from engram_viz.viz import (
     THEMES,
     cjk_font,
@@ -26,7 +27,6 @@ from engram_viz.viz import (
 )
 from engram_viz.viz.export import (
     BrowserNotFoundError,
-    atomic_writer,
     check_offline_html,
     chromium_path,
     export_all,

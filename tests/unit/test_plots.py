@@ -41,7 +41,7 @@ from engram_viz.viz import (
 )
 from engram_viz.viz import style as style_module
 from engram_viz.viz.frames import COLLISION_COLUMNS, COVERAGE_COLUMNS, gate_table, reduce_streams
-from engram_viz.viz.paper import _bin_sizes
+from engram_viz.viz.usage_plots import _bin_sizes
 
 PROMPTS = {
     "zh-inventions": ("zh-entity", "四大发明是造纸术、指南针、火药和印刷术。"),
@@ -285,9 +285,9 @@ def test_collision_and_coverage_bars_equal_the_frames(tables):
     _, coverage, collisions = tables
     fig = collisions_vs_expected(collisions, layer=1)
     at = collisions[collisions["layer"] == 1].sort_values(["order", "head"])
-    assert [p.get_height() for p in fig.axes[0].patches] == at["colliding_buckets"].tolist()
+    assert [p.get_height() for p in fig.axes[0].patches] == at["shared_buckets"].tolist()
     offsets = fig.axes[0].collections[0].get_offsets()
-    np.testing.assert_allclose(offsets[:, 1], at["expected_colliding"].to_numpy())
+    np.testing.assert_allclose(offsets[:, 1], at["expected_shared_buckets"].to_numpy())
     fig = coverage_per_column(coverage, layer=3)
     at = coverage[coverage["layer"] == 3].sort_values(["order", "head"])
     np.testing.assert_allclose([p.get_height() for p in fig.axes[0].patches], at["coverage"].to_numpy())

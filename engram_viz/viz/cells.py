@@ -1,0 +1,90 @@
+"""Token cells: the chips of token-coloured text (one per text token, one per image span), each
+with the gate it is coloured by and its tooltip. The matplotlib figure (``token_figure``) and the
+HTML page and notebook view (``tokens``) all draw these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from engram_viz.viz.frames import (
+    GATE_COLUMNS,
+    gate_table,
+    pick_layers,
+    pick_prompts,
+    reduce_streams,
+    require_columns,
+    row_ids_text,
+    stream_columns,
+)
+from engram_viz.viz.style import display_piece
+
+
+@dataclass(frozen=True)
+class TokenCell:
+    """One chip of token-coloured text (an image span collapses into one chip)."""
+
+    text: str  # as shown: controls made visible
+    value: float  # the gate coloured (nan for image spans)
+    tooltip: str
+    is_image: bool
+    line_break: bool  # the token ends with a newline: start a new line after it
+
+
+def stream_label(stream: int | str) -> str:
+    """'stream 2', or 'mean of streams' for a reduction over streams."""
+    return f"stream {stream}" if not isinstance(stream, str) else f"{stream} of streams"
+
+
+def view_setup(gates: pd.DataFrame, prompts, layer: int | None) -> tuple[list, int]:
+    """The prompts to draw (checked) and the layer (the frame's first when None)."""
+    require_columns(gates, GATE_COLUMNS, "gates")
+    chosen = pick_prompts(gates, prompts, "gates")
+    layers = pick_layers(gates, layer, "gates")
+    return chosen, layers[0]
+
+
+def token_cells(
+    gates: pd.DataFrame, prompt, layer: int, stream: int | str = "mean", rows: pd.DataFrame | None = None
+) -> list[TokenCell]:
+    """The chips of one prompt at one layer. Needs gates columns prompt, position, token, is_image,
+    layer, stream, gate (+ exposure, shown in tooltips when present); ``rows`` adds row ids to tooltips."""
+    table = gate_table(gates, prompt, layer)
+    values = reduce_streams(table, stream)
+    row_text = row_ids_text(rows, prompt, layer)
+    has_exposure = "exposure" in table.columns
+    cells: list[TokenCell] = []
+    positions = table.index.to_numpy()
+    # plain arrays, read once (per-row pandas access is slow on long prompts)
+    image = table["is_image"].to_numpy(dtype=bool)
+    tokens = table["token"].tolist()
+    streams = stream_columns(table)
+    stream_values = table[streams].to_numpy(dtype=float)
+    exposure = table["exposure"].to_numpy() if has_exposure else None
+    i = 0
+    while i < len(table):
+        if image[i]:
+            j = i
+            while j + 1 < len(table) and image[j + 1]:
+                j += 1
+            n = j - i + 1
+            tip = f"image span: positions {positions[i]}-{positions[j]} ({n} tokens)\ngates 0 (masked)"
+            cells.append(TokenCell(f"[image \u00d7{n}]", float("nan"), tip, True, False))
+            i = j + 1
+            continue
+        position = int(positions[i])
+        piece = tokens[i]
+        summary = "  ".join(f"s{int(s)} {v:.3f}" for s, v in zip(streams, stream_values[i]))
+        lines = [
+            f"{piece!r}  position {position}",
+            f"layer {layer} gates: {summary}",
+        ]
+        if has_exposure:
+            lines.append(f"collision exposure {int(exposure[i])}/24 rows shared")
+        if position in row_text:
+            lines.append(row_text[position])
+        cells.append(TokenCell(display_piece(piece), float(values[i]), "\n".join(lines), False, piece.endswith("\n")))
+        i += 1
+    return cells
