@@ -37,8 +37,11 @@ from pathlib import Path
 import numpy as np
 
 from engram_viz.analysis.collisions import CollisionStats, analyse_together
-from engram_viz.analysis.corpus import default_corpus_files, iter_documents
-from engram_viz.analysis.ngrams import DEAD, NgramCounts, StreamWindows, rows_from_windows
+from engram_viz.analysis.corpus_sources import default_corpus_files
+from engram_viz.analysis.counts import NgramCounts
+from engram_viz.analysis.documents import iter_documents
+from engram_viz.analysis.hashes import rows_from_windows
+from engram_viz.analysis.windows import DEAD, StreamWindows
 from engram_viz.analysis.usage import RowUsage
 from engram_viz.config import load_config
 from engram_viz.core.layout import EngramLayout

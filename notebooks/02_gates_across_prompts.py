@@ -24,6 +24,9 @@
 import numpy as np
 from IPython.display import display
 
+from engram_viz.analysis.corpus_counts import corpus_sample
+from engram_viz.analysis.selectivity import stream_selectivity
+from engram_viz.analysis.trace_ngrams import ngram_frequency
 from engram_viz.apps import notebook as nb
 from engram_viz.analysis.gate_summary import gate_overview
 from engram_viz.run.prompts import load_prompts
@@ -92,7 +95,7 @@ for pid in ("en_alexander", "zh_four_inventions"):
 #    small, so few positions qualify: raise `ENGRAM_VIZ_CORPUS_TOKENS` for a firmer answer.
 
 # %%
-by_prompt = nb.stream_selectivity(gates)
+by_prompt = stream_selectivity(gates)
 best = by_prompt.iloc[0]
 print(
     f"by prompt: most selective layer {int(best.layer)}, stream {int(best.stream)} (AUC {best.auc:.3f}, "
@@ -101,14 +104,14 @@ print(
 by_prompt.round(3)
 
 # %%
-corpus, description = nb.corpus_sample(pipe.config, tokenizer=pipe.tokenizer)
+corpus, description = corpus_sample(pipe.config, tokenizer=pipe.tokenizer)
 print(description)
-freq = nb.ngram_frequency(trace, corpus.counts, order=2)
+freq = ngram_frequency(trace, corpus.counts, order=2)
 labelled = gates.merge(freq, on=["prompt", "position"], how="left")
 labelled["frequent_2gram"] = np.where(
     labelled["ngram_count"] >= 2, True, np.where(labelled["ngram_count"] == 0, False, None)
 )
-by_ngram = nb.stream_selectivity(labelled, label="frequent_2gram")
+by_ngram = stream_selectivity(labelled, label="frequent_2gram")
 best = by_ngram.iloc[0]
 print(
     f"by n-gram frequency: most selective layer {int(best.layer)}, stream {int(best.stream)} "

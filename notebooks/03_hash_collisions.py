@@ -30,7 +30,8 @@ import pandas as pd
 from IPython.display import display
 
 from engram_viz.analysis.collisions import CollisionStats
-from engram_viz.analysis.ngrams import NgramDecoder
+from engram_viz.analysis.decoder import NgramDecoder
+from engram_viz.analysis.corpus_counts import corpus_sample
 from engram_viz.apps import notebook as nb
 from engram_viz.config import load_config
 from engram_viz.core.layout import EngramLayout
@@ -71,7 +72,7 @@ print(f"rows per layer: {dict(zip(layout.layer_ids, map(int, layout.rows_per_lay
 
 # %%
 tok = get_tokenizer(v41)
-corpus, description = nb.corpus_sample(v41, tokenizer=tok)
+corpus, description = corpus_sample(v41, tokenizer=tok)
 print(description)
 print(f"{corpus.tokens:,} tokens, {corpus.documents:,} documents in {corpus.elapsed_s:.1f} s")
 display(nb.layout_provenance(v41, description))

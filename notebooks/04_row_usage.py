@@ -25,8 +25,9 @@
 # %%
 from IPython.display import display
 
-from engram_viz.analysis.ngrams import NgramDecoder
+from engram_viz.analysis.decoder import NgramDecoder
 from engram_viz.analysis.usage import RowUsage
+from engram_viz.analysis.corpus_counts import corpus_sample
 from engram_viz.apps import notebook as nb
 from engram_viz.config import load_config
 from engram_viz.core.layout import EngramLayout
@@ -36,7 +37,7 @@ from engram_viz.viz import coverage_per_column, row_rank_frequency, touched_rows
 nb.setup()
 v41 = load_config("v41-flash")
 tok = get_tokenizer(v41)
-corpus, description = nb.corpus_sample(v41, tokenizer=tok)
+corpus, description = corpus_sample(v41, tokenizer=tok)
 print(description)
 usage = RowUsage(v41, counts=corpus.counts)
 print(f"{usage.n_positions:,} positions counted")

@@ -26,6 +26,8 @@
 # %%
 from IPython.display import display
 
+from engram_viz.analysis.fresh_start import after_image_vs_fresh_start
+from engram_viz.analysis.trace_ngrams import ngram_windows_table
 from engram_viz.apps import notebook as nb
 from engram_viz.viz import gate_heatmap, gate_heatmap_interactive, token_view
 
@@ -68,7 +70,7 @@ gates.groupby(["prompt", "is_image"])["gate"].agg(["count", "mean", "max"])
 # of the sequence or onto an image position (the hasher then reads the pad id there).
 
 # %%
-table = nb.ngram_windows_table(trace, "caption")
+table = ngram_windows_table(trace, "caption")
 span = table.index[table["is_image"]]
 table.iloc[max(span.min() - 3, 0) : span.max() + 6]
 
@@ -79,7 +81,7 @@ table.iloc[max(span.min() - 3, 0) : span.max() + 6]
 # once the n-grams no longer reach into the image, because then both read the same tokens.
 
 # %%
-check = nb.after_image_vs_fresh_start(pipe, " It stretches across the sky.")
+check = after_image_vs_fresh_start(pipe, " It stretches across the sky.")
 display(check)
 assert check["equal_rows"].all(), "the text after an image should hash exactly like a fresh sequence"
 print("all row ids equal: the first token after an image hashes as a sequence start")

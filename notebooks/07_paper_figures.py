@@ -32,6 +32,7 @@ from IPython.display import Image, display
 
 from engram_viz.analysis.collisions import CollisionStats
 from engram_viz.analysis.usage import RowUsage
+from engram_viz.analysis.corpus_counts import corpus_sample
 from engram_viz.apps import notebook as nb
 from engram_viz.apps.widgets import PromptComparison
 from engram_viz.config import load_config
@@ -68,7 +69,7 @@ nb.provenance(pipe)
 trace = pipe.run(load_prompts(), names=["engram.*.dot"])
 label = trace.model_label
 v41 = load_config("v41-flash")
-corpus, description = nb.corpus_sample(v41)
+corpus, description = corpus_sample(v41)
 print(description)
 collisions = CollisionStats(v41, counts=corpus.counts)
 usage = RowUsage(v41, counts=corpus.counts)

@@ -48,20 +48,24 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from engram_viz.analysis.ngrams import (
-    NgramCounts,
-    bucket_lookup,
-    make_decoder,
-    ngram_hashes,
-    poisson_binomial,
-    run_column_pass,
-    sequence_windows,
-    top_indices,
-    window_ngrams,
-)
+from engram_viz.analysis.columns import bucket_lookup, run_column_pass, top_indices
+from engram_viz.analysis.counts import NgramCounts
+from engram_viz.analysis.decoder import make_decoder
+from engram_viz.analysis.hashes import ngram_hashes
 from engram_viz.analysis.usage import RowUsage
+from engram_viz.analysis.windows import sequence_windows, window_ngrams
 from engram_viz.config import EngramConfig, load_config
 from engram_viz.core.layout import EngramLayout
+
+
+def poisson_binomial(probs: np.ndarray) -> np.ndarray:
+    """P(exactly j successes), j = 0..len(probs), of independent trials with success ``probs``."""
+    dist = np.zeros(len(probs) + 1)
+    dist[0] = 1.0
+    for p in probs:
+        dist[1:] = dist[1:] * (1 - p) + dist[:-1] * p
+        dist[0] *= 1 - p
+    return dist
 
 
 def expected_uniform(k: int | np.ndarray, m: int | np.ndarray) -> dict[str, np.ndarray]:

@@ -1,4 +1,6 @@
-"""What the notebooks (``notebooks/``) share, so that they hold a story and no logic.
+"""What the notebooks (``notebooks/``) share, so that they hold a story and no logic: the glue
+between the suite and a notebook page. The analyses the stories run live in ``engram_viz.analysis``
+(``selectivity``, ``trace_ngrams``, ``fresh_start``, ``corpus_counts.corpus_sample``).
 
 - **Weights**: ``load_pipeline()`` runs on ``$ENGRAM_VIZ_CHECKPOINT`` (a checkpoint folder) when it
   is set, else on the embedded default (``Pipeline()``); ``provenance(x)`` is a box saying which
@@ -8,40 +10,40 @@
   PNG (the matplotlib ``fallback``, or the plotly figure itself via kaleido when none is given
   and Chromium is there) in the same output, so a static viewer (GitHub) still shows a picture;
   ``setup()`` makes plotly emit its JSON mime type only (no ``<script>`` in any output).
-- **Corpus**: ``corpus_sample()`` counts the n-grams of the default corpus (``corpus``: KJV +
-  Chinese Debian Reference), capped at ``$ENGRAM_VIZ_CORPUS_TOKENS`` tokens per file (default
-  60,000) so a notebook runs in seconds; falls back to the shipped prompt set when the Debian
-  packages are missing, and says so.
 - **Figures**: ``figures_dir()`` is ``$ENGRAM_VIZ_FIGURES_DIR`` or ``figures/`` at the repository
-  root (notebook 07 writes there; CI points it at a temporary folder).
-- **Small analyses** the stories need: ``stream_selectivity`` (which stream's gate separates
-  multi-token patterns from random-token controls), ``ngram_windows_table`` (the n-gram windows
-  of one prompt, blocked slots marked) and ``after_image_vs_fresh_start`` (the rows of the text
-  after an image equal those of the same text starting a sequence).
+  root (notebook 07 writes there; CI points it at a temporary folder); ``export_figures`` writes
+  and checks them.
 """
 
 from __future__ import annotations
 
 import base64
 import html
-import os
+import json
 import re
+import tempfile
+import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 
-ENV_CHECKPOINT = "ENGRAM_VIZ_CHECKPOINT"
-ENV_FIGURES = "ENGRAM_VIZ_FIGURES_DIR"
-ENV_CORPUS_TOKENS = "ENGRAM_VIZ_CORPUS_TOKENS"
+from engram_viz import settings
+from engram_viz.apps.widget import pipeline_from_env
+from engram_viz.config import load_config
+from engram_viz.viz.export import (
+    BrowserNotFoundError,
+    check_offline_html,
+    export_all,
+    figure_kind,
+    render_plotly,
+    save_matplotlib,
+)
+from engram_viz.viz.tokens import TokenView
+
 REPO = Path(__file__).resolve().parents[2]
-PATTERN_CATEGORIES = ("english_entities", "chinese_entities", "idioms")
-CONTROL_CATEGORIES = ("random_token",)
-
-
-# ---------------------------------------------------------------------------------- set-up
 
 
 def setup(dpi: int = 110) -> None:
@@ -60,16 +62,12 @@ def setup(dpi: int = 110) -> None:
         return
     shell = get_ipython()
     if shell is not None:
-        from matplotlib.figure import Figure
-
         shell.display_formatter.formatters["image/png"].for_type(Figure, lambda fig: _png(fig, dpi))
 
 
 def load_pipeline(checkpoint: Any = None, **kwargs: Any):
     """A :class:`~engram_viz.run.pipeline.Pipeline` on ``checkpoint``, else ``$ENGRAM_VIZ_CHECKPOINT``,
     else the embedded default weights."""
-    from engram_viz.apps.widgets import pipeline_from_env
-
     return pipeline_from_env(checkpoint, **kwargs)
 
 
@@ -132,21 +130,12 @@ class _LayoutOnly:
 def layout_provenance(config: Any, data: str = "") -> Provenance:
     """The provenance box of a weight-free result (hash ids, collisions, row usage): exact for the
     layout of ``config``; ``data`` says what was counted."""
-    from engram_viz.config import load_config
-
     return Provenance(_LayoutOnly(load_config(config), data))
-
-
-# ---------------------------------------------------------------------------------- figures
 
 
 def stamp(fig: Any, label: str) -> Any:
     """Write ``label`` (shortened) on a figure: a matplotlib figure gets a small line in its
     bottom-left corner, a plotly figure a subtitle, a TokenView its title. Returns the figure."""
-    from matplotlib.figure import Figure
-
-    from engram_viz.viz.tokens import TokenView
-
     text = short_label(label)
     if isinstance(fig, Figure):
         colour = "#9a9a9a" if getattr(fig, "engram_viz_theme", "light") == "dark" else "#6b6b6b"
@@ -162,11 +151,7 @@ def stamp(fig: Any, label: str) -> Any:
 
 
 def _png(fig: Any, dpi: int = 110) -> bytes:
-    from engram_viz.viz.export import render_plotly, save_matplotlib
-
     if hasattr(fig, "savefig"):
-        import tempfile
-
         with tempfile.TemporaryDirectory() as tmp:
             path = save_matplotlib(fig, Path(tmp) / "f.png", dpi=dpi)
             return path.read_bytes()
@@ -181,8 +166,6 @@ class Interactive:
         self.fig, self.fallback, self.dpi = fig, fallback, dpi
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict:
-        import json
-
         import plotly.io as pio
 
         bundle = {
@@ -206,233 +189,14 @@ def show(fig: Any, fallback: Any = None, dpi: int = 110) -> Interactive:
 
 def figures_dir(default: str | Path | None = None) -> Path:
     """``$ENGRAM_VIZ_FIGURES_DIR``, else ``default``, else ``figures/`` at the repository root (created)."""
-    path = Path(os.environ.get(ENV_FIGURES) or default or REPO / "figures")
+    path = Path(settings.figures_dir() or default or REPO / "figures")
     path.mkdir(parents=True, exist_ok=True)
     return path
-
-
-# ------------------------------------------------------------------------------------ corpus
-
-
-def corpus_tokens(default: int = 60_000) -> int:
-    """Tokens read per corpus file: ``$ENGRAM_VIZ_CORPUS_TOKENS`` or ``default``."""
-    raw = os.environ.get(ENV_CORPUS_TOKENS)
-    if not raw:
-        return default
-    try:
-        n = int(raw)
-    except ValueError:
-        raise ValueError(f"${ENV_CORPUS_TOKENS}={raw!r}: expected a positive integer (tokens per file)") from None
-    if n < 1:
-        raise ValueError(f"${ENV_CORPUS_TOKENS}={raw!r}: expected a positive integer (tokens per file)")
-    return n
-
-
-def corpus_sample(config: Any = "v41-flash", tokens_per_file: int | None = None, tokenizer: Any = None):
-    """``(CorpusStats, description)``: the first ``tokens_per_file`` tokens of each default corpus
-    file (the KJV, the Chinese Debian Reference), counted into one ``NgramCounts``. Without the
-    Debian packages: the shipped prompt set's texts, and the description says so."""
-    import tempfile
-
-    from engram_viz.analysis.corpus import CorpusError, count_corpus, default_corpus_files, default_corpus_sources
-    from engram_viz.analysis.ngrams import NgramCounts
-    from engram_viz.config import load_config
-    from engram_viz.core.tokenizer import get_tokenizer
-    from engram_viz.run.prompts import load_prompts
-
-    cfg = load_config(config)
-    tok = tokenizer if tokenizer is not None else get_tokenizer(cfg)
-    cap = tokens_per_file or corpus_tokens()
-    try:
-        files = default_corpus_files()
-        names = [s["name"] for s in default_corpus_sources()]
-        desc = f"default corpus: first {cap:,} tokens of each of " + "; ".join(names)
-    except CorpusError as err:
-        tmp = Path(tempfile.mkdtemp(prefix="engram-viz-corpus-"))
-        text = "\n\n".join(p.text for p in load_prompts() if p.text)
-        (tmp / "prompts.txt").write_text(text, encoding="utf-8")
-        files = [tmp / "prompts.txt"]
-        desc = f"FALLBACK corpus (the shipped prompt set): the default corpus is not installed ({err})"
-    counts, stats = None, None
-    for f in files:
-        st = count_corpus([f], cfg, tok, max_tokens=cap, batch_chars=1 << 17, progress=False, counts=counts)
-        counts = st.counts
-        if stats is None:
-            stats = st
-        else:
-            stats.files += st.files
-            stats.tokens += st.tokens
-            stats.documents += st.documents
-            stats.raw_counts += st.raw_counts
-            stats.elapsed_s += st.elapsed_s
-    assert isinstance(counts, NgramCounts)
-    return stats, desc
-
-
-# -------------------------------------------------------------------------------- analyses
-
-
-def stream_selectivity(
-    gates: pd.DataFrame,
-    patterns: Sequence[str] = PATTERN_CATEGORIES,
-    controls: Sequence[str] = CONTROL_CATEGORIES,
-    *,
-    label: str | None = None,
-) -> pd.DataFrame:
-    """Per (layer, stream): how well the gate separates multi-token-pattern positions from controls.
-
-    Two definitions: by prompt category (default: text positions of the ``patterns`` categories -
-    named entities, idioms - against those of the random-token controls), or, with ``label``, by a
-    boolean column of the frame (True = pattern, False = control, missing = left out; e.g. from
-    ``ngram_frequency``: the n-gram ending at the position is frequent in a corpus vs never seen).
-
-    Returns layer, stream, mean_pattern, mean_control, difference, auc (probability that a random
-    pattern position has a higher gate than a random control position; 0.5 = no separation),
-    pattern_positions, control_positions and rank (1 = most selective), sorted by auc descending.
-    """
-    text = gates[~gates["is_image"].astype(bool)]
-    if label is not None:
-        if label not in text.columns:
-            raise ValueError(f"the gates frame has no column {label!r}; it has {list(text.columns)}")
-        flag = text[label]
-        pos, neg = text[flag.eq(True)], text[flag.eq(False)]
-        what = f"{label} True and False"
-    else:
-        pos = text[text["category"].isin(patterns)]
-        neg = text[text["category"].isin(controls)]
-        what = f"both {list(patterns)} and {list(controls)} prompts"
-    if pos.empty or neg.empty:
-        raise ValueError(
-            f"stream_selectivity needs text positions of {what}; "
-            f"the frame has categories {sorted(pd.unique(gates['category']))}"
-        )
-    rows = []
-    for (layer, stream), p in pos.groupby(["layer", "stream"]):
-        n = neg[(neg["layer"] == layer) & (neg["stream"] == stream)]["gate"].to_numpy(dtype=float)
-        x = p["gate"].to_numpy(dtype=float)
-        ranks = pd.Series(np.concatenate([x, n])).rank().to_numpy()  # Mann-Whitney U via ranks (ties averaged)
-        auc = (ranks[: len(x)].sum() - len(x) * (len(x) + 1) / 2) / (len(x) * len(n))
-        rows.append(
-            {
-                "layer": int(layer),
-                "stream": int(stream),
-                "mean_pattern": float(x.mean()),
-                "mean_control": float(n.mean()),
-                "difference": float(x.mean() - n.mean()),
-                "auc": float(auc),
-                "pattern_positions": len(x),
-                "control_positions": len(n),
-            }
-        )
-    out = pd.DataFrame(rows).sort_values("auc", ascending=False, ignore_index=True)
-    out["rank"] = np.arange(1, len(out) + 1)
-    return out
-
-
-def ngram_frequency(trace: Any, counts: Any, order: int = 3) -> pd.DataFrame:
-    """For every text position of a trace, how often the ``order``-gram ending there occurs in a
-    corpus (``counts``: an ``NgramCounts``, e.g. ``corpus_sample()[0].counts``): prompt, position,
-    ngram_count; -1 where the n-gram is blocked (it reaches before the start or onto an image)."""
-    from engram_viz.analysis.ngrams import sequence_windows, window_ngrams
-
-    max_ngram = int(counts.config.engram_max_ngram_size)
-    if not 2 <= order <= max_ngram:
-        raise ValueError(f"order must be in 2..{max_ngram}, got {order}")
-    pad = int(trace.meta.get("pad_compressed", counts.pad_id))
-    recs = []
-    for i, pid in enumerate(trace.prompt_ids):
-        n = int(trace.lengths[i])
-        mask = trace.token_types[i, :n].numpy() < 0
-        c = np.where(mask, trace.compressed_ids[i, :n].numpy(), -1)
-        windows, _ = sequence_windows(c, pad, max_ngram, mask)
-        found = counts.count_of(window_ngrams(windows, order))
-        t = np.arange(n)
-        blocked = t < order - 1
-        for s in range(1, order):
-            blocked |= np.r_[np.ones(s, bool), ~mask[: n - s]] if n else blocked
-        found = np.where(blocked | ~mask, -1, found)
-        recs.append(pd.DataFrame({"prompt": pid, "position": t, "ngram_count": found}))
-    return pd.concat(recs, ignore_index=True)
-
-
-def ngram_windows_table(trace: Any, prompt: str | int = 0, tokenizer: Any = None) -> pd.DataFrame:
-    """The n-gram windows one prompt's positions hash, one row per position: position, token,
-    is_image, then for each order 2..max the n-gram it reads (decoded, or 'BLOCKED' when a slot of
-    it lies before the sequence start or on an image position). Exactly the hasher's rule
-    (``ngrams.ngram_windows``)."""
-    from engram_viz.analysis.ngrams import sequence_windows
-
-    i = trace.index(prompt) if isinstance(prompt, str) else int(prompt)
-    n = int(trace.lengths[i])
-    pad = int(trace.meta.get("pad_compressed", 2))
-    c = trace.compressed_ids[i, :n].numpy()
-    mask = trace.token_types[i, :n].numpy() < 0
-    max_ngram = 4
-    windows, _ = sequence_windows(np.where(mask, c, -1), pad, max_ngram, mask)
-    pieces = trace.pieces[i]
-    # slot s of a window is blocked when it reaches before the start or across an image
-    blocked = np.zeros((n, max_ngram), dtype=bool)
-    for t in range(n):
-        for s in range(max_ngram):
-            blocked[t, s] = t - s < 0 or not mask[t - s] or (s and blocked[t, s - 1])
-    rows = []
-    for t in range(n):
-        rec = {"position": t, "token": pieces[t], "is_image": bool(not mask[t])}
-        for order in range(2, max_ngram + 1):
-            if blocked[t, :order].any():
-                rec[f"{order}-gram"] = "BLOCKED"
-            else:
-                rec[f"{order}-gram"] = "".join(pieces[t - order + 1 : t + 1])
-        rows.append(rec)
-    _ = windows
-    return pd.DataFrame(rows)
-
-
-def after_image_vs_fresh_start(
-    pipe: Any, text_after: str, before: str = "A photo: ", grid: str = "4x3"
-) -> pd.DataFrame:
-    """The first tokens after an image hash as a sequence start: the row ids of ``text_after``
-    following ``before <image:grid>`` against those of ``text_after`` run alone without BOS
-    (a fresh sequence). One row per token of ``text_after``: position after the image, token,
-    equal_rows (all 24 x n_layers row ids equal), and orders blocked (n-grams reaching into the
-    image). Uses the hasher directly (no weights needed)."""
-    import torch
-
-    from engram_viz.core.hashing import hash_prompt
-    from engram_viz.run.images import build_input
-
-    with_img = build_input(f"{before}<image:{grid}>{text_after}", pipe.tokenizer, pipe.config, bos=True)
-    alone = build_input(text_after, pipe.tokenizer, pipe.config, bos=False)
-    start = with_img.spans[-1].stop
-    ids_img = torch.from_numpy(with_img.input_ids)[None]
-    rows_img = hash_prompt(pipe.config, pipe.tokenizer.token_map, ids_img, torch.from_numpy(with_img.token_mask)[None])
-    rows_alone = hash_prompt(pipe.config, pipe.tokenizer.token_map, torch.from_numpy(alone.input_ids)[None])
-    n = min(len(alone.input_ids), len(with_img.input_ids) - start)
-    pieces = pipe.tokenizer.pieces(alone.input_ids[:n].tolist())
-    recs = []
-    for k in range(n):
-        a, b = rows_img[0, start + k], rows_alone[0, k]
-        recs.append(
-            {
-                "position": start + k,
-                "k_after_image": k,
-                "token": pieces[k],
-                "same_token": bool(with_img.input_ids[start + k] == alone.input_ids[k]),
-                "equal_rows": bool(torch.equal(a, b)),
-                "orders_reaching_image": [o for o in pipe.config.ngram_orders if o - 1 > k],
-            }
-        )
-    return pd.DataFrame(recs)
-
-
-# ---------------------------------------------------------------------------------- export
 
 
 def check_file(path: str | Path) -> str:
     """'ok' when an exported file is valid and not empty (PDF header and a page, SVG parses as XML,
     PNG signature, HTML without a remote script), else what is wrong."""
-    import xml.etree.ElementTree as ET
-
     path = Path(path)
     data = path.read_bytes()
     if not data:
@@ -449,8 +213,6 @@ def check_file(path: str | Path) -> str:
     if kind == ".png":
         return "ok" if data.startswith(b"\x89PNG\r\n\x1a\n") else "not a PNG"
     if kind == ".html":
-        from engram_viz.viz.export import check_offline_html
-
         try:
             check_offline_html(data.decode("utf-8"), str(path))
         except ValueError as err:
@@ -466,8 +228,6 @@ def export_figures(
     png/svg through kaleido when Chromium is there; TokenView: html, png, pdf, svg) and check each
     file; returns figure, format, path, bytes, check. A plotly figure without Chromium is written
     as HTML only and says so."""
-    from engram_viz.viz.export import BrowserNotFoundError, export_all, figure_kind
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     recs = []

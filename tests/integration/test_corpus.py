@@ -12,17 +12,14 @@ import pandas as pd
 import pytest
 import torch
 
-from engram_viz.analysis import corpus as corpus_mod
-from engram_viz.analysis.corpus import (
-    CorpusError,
-    count_corpus,
-    default_corpus_files,
-    iter_documents,
-    kjv_chapters_text,
-    run_corpus,
-    unwrap_paragraphs,
-)
-from engram_viz.analysis.ngrams import NgramCounts, StreamWindows, rows_from_windows
+from engram_viz.analysis import corpus_sources
+from engram_viz.analysis.corpus import run_corpus
+from engram_viz.analysis.corpus_counts import count_corpus
+from engram_viz.analysis.corpus_sources import default_corpus_files, kjv_chapters_text, unwrap_paragraphs
+from engram_viz.analysis.counts import NgramCounts
+from engram_viz.analysis.documents import CorpusError, iter_documents
+from engram_viz.analysis.hashes import rows_from_windows
+from engram_viz.analysis.windows import StreamWindows
 from engram_viz.cli import main
 from engram_viz.config import load_config
 from engram_viz.core.hashing import hash_prompt
@@ -220,18 +217,18 @@ def test_kjv_and_zh_text_shaping():
 
 def test_default_corpus_missing_package_names_it(tmp_path, monkeypatch):
     monkeypatch.setenv("ENGRAM_VIZ_CACHE", str(tmp_path))
-    monkeypatch.setattr(corpus_mod.shutil, "which", lambda name: None)
+    monkeypatch.setattr(corpus_sources.shutil, "which", lambda name: None)
     with pytest.raises(CorpusError, match="bible-kjv-text"):
         default_corpus_files()
     (tmp_path / "corpus").mkdir()
     (tmp_path / "corpus" / "kjv-chapters-v1.txt").write_text("cached\n")
-    monkeypatch.setattr(corpus_mod, "ZH_REFERENCE", tmp_path / "missing.txt.gz")
+    monkeypatch.setattr(corpus_sources, "ZH_REFERENCE", tmp_path / "missing.txt.gz")
     with pytest.raises(CorpusError, match="debian-reference-zh-cn"):
         default_corpus_files()
 
 
 @pytest.mark.skipif(
-    shutil.which("bible") is None or not corpus_mod.ZH_REFERENCE.is_file(),
+    shutil.which("bible") is None or not corpus_sources.ZH_REFERENCE.is_file(),
     reason="system packages bible-kjv / debian-reference-zh-cn not installed (.ci/system-deps.sh installs them)",
 )
 def test_default_corpus_has_over_a_million_tokens(tokenizer):

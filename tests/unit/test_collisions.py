@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from _brute import forced_config, random_sequences, ref_buckets, ref_counts, ref_row, ref_windows
 
-from engram_viz.analysis.collisions import CollisionStats, expected_uniform
+from engram_viz.analysis.collisions import CollisionStats, expected_uniform, poisson_binomial
 from engram_viz.config import load_config
 from engram_viz.core.layout import EngramLayout
 
@@ -194,3 +194,11 @@ def test_analyse_together_equals_separate_passes():
             pd.testing.assert_frame_equal(a[name], b[name])
     with pytest.raises(ValueError, match="same NgramCounts"):
         analyse_together(alone_u, alone_c)
+
+
+def test_poisson_binomial():
+    d = poisson_binomial(np.full(8, 0.3))
+    from math import comb
+
+    assert np.allclose(d, [comb(8, j) * 0.3**j * 0.7 ** (8 - j) for j in range(9)])
+    assert np.isclose(poisson_binomial(np.array([0.1, 0.5, 0.9])).sum(), 1.0)

@@ -135,7 +135,7 @@ def test_column_stats_equal_numpy_unique():
     cfg = load_config("tiny")
     seqs, masks = random_sequences(15, n_seq=10, alphabet=200)
     usage = _usage(cfg, seqs, masks)
-    from engram_viz.analysis.ngrams import iter_columns
+    from engram_viz.analysis.columns import iter_columns
 
     for view in iter_columns(usage.layout, usage.counts):
         s = view.stats()

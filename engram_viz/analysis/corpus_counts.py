@@ -1,0 +1,207 @@
+"""Counting a corpus: files -> documents -> tokens -> n-gram windows -> :class:`NgramCounts`.
+
+Each document is one sequence: its first token (BOS when ``bos``, the default) starts a
+sequence, so no n-gram reaches across documents - the hash's sequence-start blocking. A document
+cut into pieces (``documents.iter_documents``) stays one sequence: the hash window carries across
+the cut; only a token spanning the cut may differ. Memory: one batch of about ``batch_chars``
+characters at a time, plus 16 bytes per distinct n-gram (and order).
+
+:func:`corpus_sample` is the capped sample the notebooks count: the first
+``$ENGRAM_VIZ_CORPUS_TOKENS`` (60,000) tokens of each default corpus file.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from engram_viz import settings
+from engram_viz.analysis.corpus_sources import default_corpus_files, default_corpus_sources
+from engram_viz.analysis.counts import NgramCounts
+from engram_viz.analysis.documents import CorpusError, is_jsonl, iter_documents
+from engram_viz.analysis.windows import StreamWindows
+from engram_viz.config import EngramConfig, load_config
+from engram_viz.core.tokenizer import BOS_ID, get_tokenizer
+from engram_viz.run.prompts import load_prompts
+
+SAMPLE_TOKENS = 60_000  # tokens per default corpus file in corpus_sample, unless the environment says
+
+
+@dataclass
+class CorpusStats:
+    """What ``count_corpus`` saw: the n-gram counts plus per-file totals."""
+
+    counts: NgramCounts
+    raw_counts: np.ndarray | None = None  # int64 [vocab]: occurrences of each raw id (for decoding)
+    files: list[dict] = field(default_factory=list)
+    tokens: int = 0
+    documents: int = 0
+    truncated: bool = False  # reading stopped at max_tokens
+    elapsed_s: float = 0.0
+
+
+def _encode(tok: Any, texts: list[str], continues: list[bool], bos: bool) -> tuple[np.ndarray, np.ndarray]:
+    """One batch of document pieces -> ``(raw ids int64 [N], seq_start bool [N])``; a piece that
+    starts a document starts a sequence (with BOS first when ``bos``)."""
+    encoded = tok.backend.encode_batch(texts, add_special_tokens=False)
+    parts, starts = [], []
+    for enc, cont in zip(encoded, continues):
+        ids = enc.ids
+        if not cont and bos:
+            ids = [BOS_ID, *ids]
+        if not ids:
+            continue
+        arr = np.asarray(ids, dtype=np.int64)
+        st = np.zeros(len(arr), dtype=bool)
+        st[0] = not cont
+        parts.append(arr)
+        starts.append(st)
+    if not parts:
+        return np.empty(0, np.int64), np.empty(0, bool)
+    return np.concatenate(parts), np.concatenate(starts)
+
+
+class _Counter:
+    """The counting loop of :func:`count_corpus`: batches of document pieces into ``stats``."""
+
+    def __init__(self, stats: CorpusStats, stream: StreamWindows, tok: Any, bos: bool, max_tokens: int | None, bar):
+        self.stats, self.stream, self.tok, self.bos, self.max_tokens, self.bar = (
+            stats,
+            stream,
+            tok,
+            bos,
+            max_tokens,
+            bar,
+        )
+
+    def flush(self, texts: list[str], continues: list[bool], record: dict) -> bool:
+        """Tokenize and count one batch; False once max_tokens is reached."""
+        if not texts:
+            return True
+        ids, st = _encode(self.tok, texts, continues, self.bos)
+        if not len(ids):
+            return True
+        stats, done = self.stats, False
+        if self.max_tokens is not None and stats.tokens + len(ids) >= self.max_tokens:
+            keep = self.max_tokens - stats.tokens
+            ids, st, done = ids[:keep], st[:keep], True
+        stats.counts.add_windows(self.stream(ids, st))
+        stats.raw_counts += np.bincount(ids, minlength=len(stats.raw_counts))
+        stats.tokens += len(ids)
+        record["tokens"] += len(ids)
+        self.bar.update(len(ids))
+        return not done
+
+    def file(self, path: Path, text_field: str, doc_mode: str, max_doc_chars: int, batch_chars: int) -> bool:
+        """Count one file; False once max_tokens is reached."""
+        record = {
+            "path": str(path),
+            "format": "jsonl" if is_jsonl(path) else "text",
+            "bytes": path.stat().st_size,
+            "documents": 0,
+            "tokens": 0,
+        }
+        self.stats.files.append(record)
+        self.bar.set_postfix_str(path.name)
+        texts, continues, size = [], [], 0
+        first = True
+        for text, cont in iter_documents(path, text_field, doc_mode, max_doc_chars):
+            cont = cont and not first  # a file always starts a sequence
+            first = False
+            texts.append(text)
+            continues.append(cont)
+            size += len(text)
+            if not cont:
+                record["documents"] += 1
+                self.stats.documents += 1
+            if size >= batch_chars:
+                if not self.flush(texts, continues, record):
+                    return False
+                texts, continues, size = [], [], 0
+        return self.flush(texts, continues, record)
+
+
+def count_corpus(
+    files: Iterable[str | Path],
+    config: EngramConfig | str = "tiny",
+    tokenizer=None,
+    max_tokens: int | None = None,
+    text_field: str = "text",
+    doc_mode: str = "paragraph",
+    bos: bool = True,
+    batch_chars: int = 1 << 22,
+    max_doc_chars: int = 1 << 16,
+    progress: bool = True,
+    counts: NgramCounts | None = None,
+) -> CorpusStats:
+    """Stream ``files`` into an :class:`NgramCounts` (documents as in the module docstring).
+    Memory: one batch of about ``batch_chars`` characters at a time, plus the counts."""
+    cfg = load_config(config)
+    tok = tokenizer if tokenizer is not None else get_tokenizer(cfg)
+    files = [Path(f) for f in files]
+    if not files:
+        raise CorpusError("no corpus files given")
+    for f in files:
+        if not f.is_file():
+            raise CorpusError(f"corpus file {f} does not exist")
+    if max_tokens is not None and max_tokens < 1:
+        raise CorpusError(f"max_tokens must be positive, got {max_tokens}")
+    stream = StreamWindows(cfg, tok.token_map)
+    counts = counts if counts is not None else NgramCounts(cfg, stream.pad_id)
+    stats = CorpusStats(counts, np.zeros(cfg.vocab_size, dtype=np.int64))
+    t0 = time.perf_counter()
+    bar = tqdm(total=max_tokens, unit="tok", unit_scale=True, disable=not progress, desc="corpus")
+    try:
+        counter = _Counter(stats, stream, tok, bos, max_tokens, bar)
+        going = True
+        for path in files:
+            going = counter.file(path, text_field, doc_mode, max_doc_chars, batch_chars)
+            if not going:
+                break
+        stats.truncated = not going  # stopped at max_tokens (the input may have ended there too)
+    finally:
+        bar.close()
+    stats.elapsed_s = time.perf_counter() - t0
+    return stats
+
+
+def corpus_sample(
+    config: EngramConfig | str = "v41-flash", tokens_per_file: int | None = None, tokenizer: Any = None
+) -> tuple[CorpusStats, str]:
+    """``(CorpusStats, description)``: the first ``tokens_per_file`` tokens (default
+    ``$ENGRAM_VIZ_CORPUS_TOKENS``, else 60,000) of each default corpus file (the KJV, the Chinese
+    Debian Reference), counted into one ``NgramCounts``. Without the Debian packages: the shipped
+    prompt set's texts, and the description says so."""
+    cfg = load_config(config)
+    tok = tokenizer if tokenizer is not None else get_tokenizer(cfg)
+    cap = tokens_per_file or settings.corpus_tokens(SAMPLE_TOKENS)
+    try:
+        files = default_corpus_files()
+        names = [s["name"] for s in default_corpus_sources()]
+        desc = f"default corpus: first {cap:,} tokens of each of " + "; ".join(names)
+    except CorpusError as err:
+        tmp = Path(tempfile.mkdtemp(prefix="engram-viz-corpus-"))
+        text = "\n\n".join(p.text for p in load_prompts() if p.text)
+        (tmp / "prompts.txt").write_text(text, encoding="utf-8")
+        files = [tmp / "prompts.txt"]
+        desc = f"FALLBACK corpus (the shipped prompt set): the default corpus is not installed ({err})"
+    counts, stats = None, None
+    for f in files:
+        st = count_corpus([f], cfg, tok, max_tokens=cap, batch_chars=1 << 17, progress=False, counts=counts)
+        counts = st.counts
+        if stats is None:
+            stats = st
+        else:
+            stats.files += st.files
+            stats.tokens += st.tokens
+            stats.documents += st.documents
+            stats.raw_counts += st.raw_counts
+            stats.elapsed_s += st.elapsed_s
+    return stats, desc

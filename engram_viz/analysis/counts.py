@@ -1,0 +1,209 @@
+"""N-gram counts: per order, the sorted distinct keys and how many counted positions carry each.
+
+:class:`NgramCounts` is the accumulator over windows (``windows``) with packed keys (``keys``);
+two shards merged equal the whole, and it saves to / loads from one ``.npz``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from engram_viz._files import atomic_writer
+from engram_viz.analysis.keys import KEY_BITS, check_order, pack_ngrams, unpack_ngrams
+from engram_viz.analysis.windows import bool_mask, sequence_windows, window_ngrams
+from engram_viz.config import EngramConfig, load_config
+
+
+def _merge_sorted(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Merge sorted unique (keys, counts) runs: sum the counts of equal keys."""
+    parts = [p for p in parts if len(p[0])]
+    if not parts:
+        return np.empty(0, np.uint64), np.empty(0, np.int64)
+    if len(parts) == 1:
+        return parts[0]
+    keys = np.concatenate([p[0] for p in parts])
+    counts = np.concatenate([p[1] for p in parts])
+    order = np.argsort(keys, kind="stable")  # timsort: linear-ish on a few sorted runs
+    keys, counts = keys[order], counts[order]
+    first = np.ones(len(keys), dtype=bool)
+    first[1:] = keys[1:] != keys[:-1]
+    starts = np.flatnonzero(first)
+    return keys[starts], np.add.reduceat(counts, starts)
+
+
+class NgramCounts:
+    """Accumulator: per n-gram order, the distinct keys seen at counted positions and how many
+    positions carry each. Counted positions are the text positions (``token_mask`` True); image
+    (DEAD) positions are left out. ``merge`` adds another accumulator's counts: shards merged
+    equal the whole. Memory: 16 bytes per distinct n-gram (and order)."""
+
+    FLUSH_MIN = 1 << 22  # pending keys buffered before a merge into the sorted store
+
+    def __init__(self, config: EngramConfig | str = "tiny", pad_id: int | None = None):
+        self.config = load_config(config)
+        # compressed pad id = token_map[engram_pad_id]; the V4 map keeps raw id 2 at 2
+        self.pad_id = int(self.config.engram_pad_id if pad_id is None else pad_id)
+        self.orders = self.config.ngram_orders
+        for n in self.orders:
+            check_order(n)
+        self._store: dict[int, dict[int, tuple[np.ndarray, np.ndarray]]] = {n: {} for n in self.orders}
+        self._pending: dict[int, dict[int, list[tuple[np.ndarray, np.ndarray]]]] = {n: {} for n in self.orders}
+        self._pending_size = 0
+        self.n_positions = 0  # counted (text) positions
+        self.n_masked = 0  # image positions seen and left out
+        self.version = 0  # bumped on every change; analyses cache against it
+
+    # -- adding
+    def add_windows(self, windows: np.ndarray, mask: np.ndarray | None = None) -> None:
+        """Count the n-grams of windows ``[N, max_ngram]``; mask bool ``[N]`` (False = skip)."""
+        w = np.asarray(windows)
+        if w.ndim != 2 or w.shape[1] != self.config.engram_max_ngram_size:
+            raise ValueError(f"windows must have shape [N, {self.config.engram_max_ngram_size}], got {list(w.shape)}")
+        if mask is not None:
+            mask = bool_mask("mask", mask, (len(w),))
+            self.n_masked += int(len(w) - mask.sum())
+            w = w[mask]
+        self.n_positions += len(w)
+        self.version += 1
+        if not len(w):
+            return
+        for n in self.orders:
+            group, lo = pack_ngrams(window_ngrams(w, n))
+            groups = np.unique(group) if n * KEY_BITS > 64 else np.zeros(1, np.uint8)
+            for g in groups:
+                sel = lo if len(groups) == 1 else lo[group == g]
+                keys, counts = np.unique(sel, return_counts=True)
+                self._pending[n].setdefault(int(g), []).append((keys, counts.astype(np.int64)))
+                self._pending_size += len(keys)
+        if self._pending_size >= max(self.FLUSH_MIN, self.n_distinct_stored()):
+            self._flush()
+
+    def add_compressed(self, compressed, token_mask=None) -> None:
+        """Count the n-grams of sequences of compressed ids ``[B, T]`` or ``[T]``, each starting at
+        position 0 (as ``hash_prompt`` sees them); token_mask bool, same shape, False = image."""
+        windows, mask = sequence_windows(compressed, self.pad_id, self.config.engram_max_ngram_size, token_mask)
+        self.add_windows(windows, mask)
+
+    def _flush(self) -> None:
+        for n in self.orders:
+            for g, parts in self._pending[n].items():
+                stored = self._store[n].get(g)
+                self._store[n][g] = _merge_sorted(([stored] if stored is not None else []) + parts)
+            self._pending[n] = {}
+        self._pending_size = 0
+
+    def merge(self, other: NgramCounts) -> NgramCounts:
+        """Add ``other``'s counts into this one (in place); returns self."""
+        if other.config.engram_max_ngram_size != self.config.engram_max_ngram_size:
+            raise ValueError("cannot merge n-gram counts of different max n-gram sizes")
+        other._flush()
+        for n in self.orders:
+            for g, part in other._store[n].items():
+                self._pending[n].setdefault(g, []).append(part)
+        self.n_positions += other.n_positions
+        self.n_masked += other.n_masked
+        self.version += 1
+        self._flush()
+        return self
+
+    def copy(self) -> NgramCounts:
+        out = NgramCounts(self.config, self.pad_id)
+        return out.merge(self)
+
+    # -- reading
+    def n_distinct_stored(self) -> int:
+        return sum(len(k) for n in self.orders for k, _ in self._store[n].values())
+
+    def groups(self, order: int) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+        """``(group, lo uint64 [U_g], counts int64 [U_g])`` of one order, sorted by (group, lo)."""
+        self._flush()
+        for g in sorted(self._store[order]):
+            lo, counts = self._store[order][g]
+            yield g, lo, counts
+
+    def ngrams(self, order: int) -> tuple[np.ndarray, np.ndarray]:
+        """All distinct n-grams of one order, sorted: ``(ids int64 [U, order] oldest first, counts int64 [U])``."""
+        if order not in self.orders:
+            raise ValueError(f"n-gram order {order} out of range; expected one of {list(self.orders)}")
+        parts = [(unpack_ngrams(g, lo, order), c) for g, lo, c in self.groups(order)]
+        if not parts:
+            return np.empty((0, order), np.int64), np.empty(0, np.int64)
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+    def n_distinct(self, order: int) -> int:
+        return sum(len(lo) for _, lo, _ in self.groups(order))
+
+    def count_of(self, ngrams: np.ndarray) -> np.ndarray:
+        """Positions counted for each n-gram ``[Q, n]`` (0 if never seen): int64 ``[Q]``."""
+        q = np.asarray(ngrams, dtype=np.int64)
+        order = q.shape[1]
+        group, lo = pack_ngrams(q)
+        out = np.zeros(len(q), dtype=np.int64)
+        for g, keys, counts in self.groups(order):
+            sel = np.flatnonzero(group == g)
+            if not len(sel) or not len(keys):
+                continue
+            at = np.minimum(np.searchsorted(keys, lo[sel]), len(keys) - 1)
+            hit = keys[at] == lo[sel]
+            out[sel[hit]] = counts[at[hit]]
+        return out
+
+    def as_dict(self) -> dict[tuple[int, ...], int]:
+        """{n-gram tuple: count} over all orders (for tests and small inputs only)."""
+        out = {}
+        for n in self.orders:
+            ids, counts = self.ngrams(n)
+            out.update({tuple(int(x) for x in row): int(c) for row, c in zip(ids, counts)})
+        return out
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, NgramCounts) or other.orders != self.orders:
+            return NotImplemented
+        if (self.n_positions, self.n_masked) != (other.n_positions, other.n_masked):
+            return False
+        for n in self.orders:
+            a, b = list(self.groups(n)), list(other.groups(n))
+            if len(a) != len(b):
+                return False
+            for (ga, la, ca), (gb, lb, cb) in zip(a, b):
+                if ga != gb or not np.array_equal(la, lb) or not np.array_equal(ca, cb):
+                    return False
+        return True
+
+    __hash__ = None  # mutable
+
+    # -- persistence
+    def save(self, path: str | Path) -> None:
+        """Write an ``.npz`` atomically (keys, counts per order and group, plus totals)."""
+        path = Path(path)
+        arrays = {"meta": np.array([self.n_positions, self.n_masked, self.config.engram_max_ngram_size], np.int64)}
+        for n in self.orders:
+            for g, lo, c in self.groups(n):
+                arrays[f"o{n}_g{g}_keys"], arrays[f"o{n}_g{g}_counts"] = lo, c
+        with atomic_writer(path, "wb") as fh:
+            np.savez(fh, **arrays)
+
+    @classmethod
+    def load(cls, path: str | Path, config: EngramConfig | str = "tiny") -> NgramCounts:
+        out = cls(config)
+        try:
+            data = np.load(path)
+        except (OSError, ValueError) as err:
+            raise ValueError(f"n-gram counts file {path} is unreadable: {err}") from None
+        with data:
+            meta = data["meta"]
+            if int(meta[2]) != out.config.engram_max_ngram_size:
+                raise ValueError(
+                    f"{path} holds n-grams up to order {int(meta[2])}; config {out.config.name!r} expects "
+                    f"{out.config.engram_max_ngram_size}"
+                )
+            out.n_positions, out.n_masked = int(meta[0]), int(meta[1])
+            for name in data.files:
+                if name.endswith("_keys"):
+                    o, g = name.split("_")[:2]
+                    out._store[int(o[1:])][int(g[1:])] = (data[name], data[name.replace("_keys", "_counts")])
+        out.version += 1
+        return out

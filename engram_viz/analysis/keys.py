@@ -1,0 +1,62 @@
+"""Packed n-gram keys: compressed-id tuples as ``(group, lo)`` integers.
+
+Keys are the ids themselves, never their hash. They are packed into ``KEY_BITS`` (17) bits per
+id; a 2- or 3-gram fits one uint64, a 4-gram needs 68 bits, so keys are stored as
+``(group, lo)``: ``group`` = the bits above 64 (the top 4 bits of the oldest id), ``lo`` = the low
+64 bits. Sorting by (group, lo) is sorting the tuples lexicographically.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+KEY_BITS = 17  # bits per compressed id in a packed key (the compressed vocab 99,092 < 2**17)
+
+
+def check_order(order: int) -> None:
+    """Raise unless keys of ``order`` ids fit ``(group, lo)``."""
+    if order * KEY_BITS - 64 > KEY_BITS:
+        raise ValueError(
+            f"n-gram keys of order {order} need {order * KEY_BITS} bits; at most {64 + KEY_BITS} supported"
+        )
+
+
+def pack_ngrams(ngrams: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """n-grams int ``[N, n]`` (compressed ids in 0..2**17-1, oldest first) -> ``(group uint8 [N], lo uint64 [N])``."""
+    g = np.asarray(ngrams, dtype=np.int64)
+    n = g.shape[1]
+    check_order(n)
+    if g.size and (g.min() < 0 or g.max() >= 1 << KEY_BITS):
+        raise ValueError(f"n-gram ids must lie in 0..{(1 << KEY_BITS) - 1} (pad, never DEAD)")
+    u = g.astype(np.uint64)
+    lo = np.zeros(len(g), dtype=np.uint64)
+    for i in range(n):  # i = 0 is the oldest id, in the top bits
+        shift = KEY_BITS * (n - 1 - i)
+        if shift + KEY_BITS <= 64:
+            lo |= u[:, i] << np.uint64(shift)
+        else:  # the oldest id of a 4-gram straddles bit 64
+            keep = 64 - shift
+            lo |= (u[:, i] & np.uint64((1 << keep) - 1)) << np.uint64(shift)
+    spill = n * KEY_BITS - 64
+    if spill > 0:
+        group = (g[:, 0] >> (KEY_BITS - spill)).astype(np.uint8)
+    else:
+        group = np.zeros(len(g), dtype=np.uint8)
+    return group, lo
+
+
+def unpack_ngrams(group: int | np.ndarray, lo: np.ndarray, order: int) -> np.ndarray:
+    """Inverse of :func:`pack_ngrams`: int64 ``[N, order]``, oldest first."""
+    check_order(order)
+    lo = np.asarray(lo, dtype=np.uint64)
+    out = np.empty((len(lo), order), dtype=np.int64)
+    field = np.uint64((1 << KEY_BITS) - 1)
+    for i in range(order):
+        shift = KEY_BITS * (order - 1 - i)
+        if shift + KEY_BITS <= 64:
+            out[:, i] = ((lo >> np.uint64(shift)) & field).astype(np.int64)
+        else:
+            keep = 64 - shift
+            low = (lo >> np.uint64(shift)).astype(np.int64)
+            out[:, i] = (np.asarray(group, dtype=np.int64) << keep) | low
+    return out

@@ -1,0 +1,195 @@
+"""N-gram windows over 1D streams of compressed ids: the blocked-window rule, numpy side.
+
+**Window.** For position t the hasher multiplies, per look-back s = 0..max_ngram-1, the compressed
+id ``c[t - s]`` unless the window is *blocked*: blocking is sticky, so once a look-back reaches
+before the start of its sequence or a DEAD (image, ``token_mask`` False) position, it and every
+longer look-back read ``pad`` (= ``token_map[engram_pad_id]``). ``windows[t, s]`` is exactly the
+id multiplied at look-back s (reference section 3), int64 ``[N, max_ngram]``. An image position
+itself is DEAD at s = 0, so its window is all pad (it still hashes, its gate is shut).
+
+This is the one numpy statement of the rule (:func:`_slots`); the torch statement, used by the
+forward, is :class:`~engram_viz.core.hashing.NgramHasher` (the two are tested equal).
+
+The n-gram of order n at t is ``(windows[t, n-1], ..., windows[t, 0])`` (:func:`window_ngrams`):
+n compressed ids, oldest first, pads included.
+
+:class:`StreamWindows` cuts a 1D stream of raw ids into windows chunk by chunk, carrying the last
+``max_ngram - 1`` ids across chunk cuts, so a corpus of any length streams in bounded memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from engram_viz.config import EngramConfig, load_config
+
+DEAD = -1  # compressed-id sentinel of masked (image) positions, as in hashing.DEAD
+
+
+def int64_ids(name: str, a, ndim: int | tuple[int, ...]) -> np.ndarray:
+    """``a`` (array or torch tensor) as int64, checked to have ``ndim`` dimensions and integer ids."""
+    if hasattr(a, "detach"):  # torch tensor
+        a = a.detach().cpu().numpy()
+    arr = np.asarray(a)
+    ndims = (ndim,) if isinstance(ndim, int) else ndim
+    if arr.ndim not in ndims:
+        raise ValueError(
+            f"{name} must have {' or '.join(str(d) for d in ndims)} dimensions, got shape {list(arr.shape)}"
+        )
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        raise TypeError(f"{name} must hold integer ids, got dtype {arr.dtype}")
+    return arr.astype(np.int64, copy=False)
+
+
+def bool_mask(name: str, a, shape: tuple[int, ...]) -> np.ndarray:
+    """``a`` (array or torch tensor), checked to be bool of ``shape``."""
+    if hasattr(a, "detach"):
+        a = a.detach().cpu().numpy()
+    arr = np.asarray(a)
+    if arr.dtype != np.bool_:
+        raise TypeError(f"{name} must be a bool array, got dtype {arr.dtype}")
+    if arr.shape != shape:
+        raise ValueError(f"{name} has shape {list(arr.shape)}, expected {list(shape)}")
+    return arr
+
+
+@dataclass
+class WindowContext:
+    """What a chunk needs from the stream before it: the last ``max_ngram - 1`` compressed ids
+    (DEAD included; left-filled with pad at the very start) and ``run``, the position of the
+    next token within its sequence (0 = the next token starts a sequence)."""
+
+    tail: np.ndarray
+    run: int = 0
+
+
+def _slots(
+    c: np.ndarray, seq_start: np.ndarray | None, max_ngram: int, pad_id: int, context: WindowContext | None
+) -> tuple[np.ndarray, np.ndarray, WindowContext]:
+    """The blocked-window rule. c: int64 ``[N]`` (DEAD at masked positions). Returns
+    ``(sources int64 [N, max_ngram]`` = ``c[t - s]`` (the context's tail before the chunk),
+    ``blocked bool [N, max_ngram]``, the context for the next chunk)."""
+    n = len(c)
+    k = max_ngram - 1
+    if context is None:
+        context = WindowContext(np.full(k, pad_id, dtype=np.int64), 0)
+    idx = np.arange(n, dtype=np.int64)
+    if seq_start is not None and n:
+        last = np.maximum.accumulate(np.where(seq_start, idx, -1))
+        pos = np.where(last >= 0, idx - last, idx + context.run)  # position within its sequence
+    else:
+        pos = idx + context.run
+    ext = np.concatenate([context.tail, c])
+    sources = np.empty((n, max_ngram), dtype=np.int64)
+    blocked = np.zeros((n, max_ngram), dtype=bool)
+    for s in range(max_ngram):
+        sources[:, s] = ext[k - s : k - s + n]
+        # sticky: blocked at s when s reaches before the start or onto DEAD, or blocked at s - 1
+        blocked[:, s] = (pos < s) | (sources[:, s] == DEAD) | (blocked[:, s - 1] if s else False)
+    new_context = WindowContext(ext[len(ext) - k :].copy(), int(pos[-1]) + 1 if n else context.run)
+    return sources, blocked, new_context
+
+
+def ngram_windows(
+    compressed: np.ndarray,
+    seq_start: np.ndarray | None,
+    max_ngram: int,
+    pad_id: int,
+    context: WindowContext | None = None,
+) -> tuple[np.ndarray, WindowContext]:
+    """Windows of a 1D chunk of compressed ids.
+
+    compressed: int64 ``[N]`` compressed ids, DEAD (-1) at masked positions.
+    seq_start: bool ``[N]``, True where a new sequence (document) starts; None = no start inside
+    the chunk (the first chunk of a stream always starts one).
+    Returns ``(windows int64 [N, max_ngram], context for the next chunk)``.
+    """
+    c = np.asarray(compressed, dtype=np.int64)
+    sources, blocked, new_context = _slots(c, seq_start, max_ngram, pad_id, context)
+    return np.where(blocked, pad_id, sources), new_context
+
+
+class StreamWindows:
+    """Raw ids -> windows over a 1D stream cut into chunks; the cut points change nothing.
+
+    ``token_map``: raw -> compressed, int64 ``[vocab]`` (``EngramTokenizer.token_map``).
+    """
+
+    def __init__(self, config: EngramConfig | str, token_map: np.ndarray):
+        self.config = load_config(config)
+        self.token_map = np.asarray(token_map, dtype=np.int64)
+        if self.token_map.shape != (self.config.vocab_size,):
+            raise ValueError(f"token_map must have shape [{self.config.vocab_size}], got {list(self.token_map.shape)}")
+        self.pad_id = int(self.token_map[self.config.engram_pad_id])
+        self.max_ngram = self.config.engram_max_ngram_size
+        self.context: WindowContext | None = None
+
+    def compress(self, raw_ids: np.ndarray, token_mask: np.ndarray | None = None) -> np.ndarray:
+        """Compressed ids ``[N]`` with DEAD where ``token_mask`` is False (range-checked)."""
+        raw = int64_ids("raw_ids", raw_ids, 1)
+        if raw.size and (raw.min() < 0 or raw.max() >= len(self.token_map)):
+            bad = raw[(raw < 0) | (raw >= len(self.token_map))][0]
+            raise ValueError(f"raw_ids holds token id {int(bad)}; expected 0..{len(self.token_map) - 1}")
+        c = self.token_map[raw]
+        if token_mask is not None:
+            c = np.where(bool_mask("token_mask", token_mask, raw.shape), c, DEAD)
+        return c
+
+    def __call__(
+        self, raw_ids: np.ndarray, seq_start: np.ndarray | None = None, token_mask: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Windows int64 ``[N, max_ngram]`` of the next ``N`` raw ids of the stream.
+        seq_start / token_mask: bool ``[N]`` (a new document starts / False = image position)."""
+        c = self.compress(raw_ids, token_mask)
+        if seq_start is not None:
+            seq_start = bool_mask("seq_start", seq_start, c.shape)
+        windows, self.context = ngram_windows(c, seq_start, self.max_ngram, self.pad_id, self.context)
+        return windows
+
+    def reset(self) -> None:
+        self.context = None
+
+
+def _sequences(compressed: np.ndarray, token_mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """A batch ``[B, T]`` or ``[T]`` as one stream: ``(compressed int64 [B*T]`` with DEAD where
+    ``token_mask`` is False, ``seq_start bool [B*T]`` True at each sequence's position 0)."""
+    c = int64_ids("compressed", compressed, (1, 2))
+    if token_mask is not None:
+        c = np.where(bool_mask("token_mask", token_mask, c.shape), c, DEAD)
+    if c.ndim == 1:
+        c = c[None]
+    b, t = c.shape
+    starts = np.zeros(b * t, dtype=bool)
+    if t:
+        starts[::t] = True
+    return c.reshape(-1), starts
+
+
+def sequence_windows(
+    compressed: np.ndarray, pad_id: int, max_ngram: int, token_mask: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Windows of a batch of sequences, each starting at position 0 (like ``hash_prompt``).
+
+    compressed: int ``[B, T]`` or ``[T]`` compressed ids (DEAD allowed); token_mask: bool, same
+    shape, False = image (DEAD) position. Returns ``(windows [B*T, max_ngram], mask [B*T])`` where
+    mask is False at DEAD positions.
+    """
+    flat, starts = _sequences(compressed, token_mask)
+    windows, _ = ngram_windows(flat, starts, max_ngram, pad_id)
+    return windows, flat != DEAD
+
+
+def sequence_blocked(compressed: np.ndarray, max_ngram: int, token_mask: np.ndarray | None = None) -> np.ndarray:
+    """Which look-backs of a batch of sequences are blocked (inputs as :func:`sequence_windows`):
+    bool ``[B*T, max_ngram]``, True at ``[t, s]`` when look-back s of position t reads pad. The
+    n-gram of order n at t is blocked when ``[t, n - 1]`` is (the rule is sticky)."""
+    flat, starts = _sequences(compressed, token_mask)
+    _, blocked, _ = _slots(flat, starts, max_ngram, DEAD, None)
+    return blocked
+
+
+def window_ngrams(windows: np.ndarray, order: int) -> np.ndarray:
+    """The n-grams of order ``order`` of windows ``[N, max_ngram]``: ``[N, order]``, oldest first."""
+    return np.asarray(windows)[:, order - 1 :: -1]
