@@ -10,8 +10,17 @@ import sys
 import numpy as np
 import torch
 
+from engram_viz.analysis.corpus import run_corpus
+from engram_viz.apps.app import serve
+from engram_viz.apps.report import summary_text, write_report
 from engram_viz.config import load_config
+from engram_viz.core.engram import param_counts
+from engram_viz.core.hashing import hash_prompt
 from engram_viz.core.layout import EngramLayout
+from engram_viz.core.tokenizer import get_tokenizer
+from engram_viz.errors import EngramVizError
+from engram_viz.tiny.train import TrainSettings, train_tiny
+from engram_viz.weights.inspect import format_inspect, inspect_checkpoint
 
 
 def _config_arg(p: argparse.ArgumentParser) -> None:
@@ -37,9 +46,6 @@ def cmd_layout(args: argparse.Namespace) -> None:
 
 
 def cmd_hash(args: argparse.Namespace) -> None:
-    from engram_viz.core.hashing import hash_prompt
-    from engram_viz.core.tokenizer import get_tokenizer
-
     config = load_config(args.config)
     tok = get_tokenizer(config, args.tokenizer)
     raw = tok.encode(args.text, bos=args.bos)
@@ -61,8 +67,6 @@ def cmd_hash(args: argparse.Namespace) -> None:
 
 
 def cmd_params(args: argparse.Namespace) -> None:
-    from engram_viz.core.engram import param_counts
-
     config = load_config(args.config)
     counts = param_counts(config)
     if args.json:
@@ -79,9 +83,6 @@ def cmd_params(args: argparse.Namespace) -> None:
 
 
 def cmd_corpus(args: argparse.Namespace) -> None:
-    from engram_viz.analysis.corpus import run_corpus
-    from engram_viz.core.tokenizer import get_tokenizer
-
     config = load_config(args.config)
     result = run_corpus(
         args.files or None,
@@ -106,8 +107,6 @@ def cmd_corpus(args: argparse.Namespace) -> None:
 
 
 def cmd_inspect(args: argparse.Namespace) -> None:
-    from engram_viz.weights.checkpoint import format_inspect, inspect_checkpoint
-
     report = inspect_checkpoint(args.checkpoint, args.config)
     print(json.dumps(report) if args.json else format_inspect(report))
     if report["valid"] is False:
@@ -115,8 +114,6 @@ def cmd_inspect(args: argparse.Namespace) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> None:
-    from engram_viz.apps.report import summary_text, write_report
-
     def log(msg: str) -> None:
         print(f"engram-viz report: {msg}", file=sys.stderr, flush=True)
 
@@ -134,8 +131,6 @@ def cmd_report(args: argparse.Namespace) -> None:
 
 
 def cmd_train_tiny(args: argparse.Namespace) -> None:
-    from engram_viz.tiny.train import TrainSettings, train_tiny
-
     settings = TrainSettings() if args.steps is None else TrainSettings(steps=args.steps)
     m = train_tiny(args.out, seed=args.seed, use_engram=not args.no_engram, settings=settings, progress=not args.quiet)
     shut = m["heldout_fp8_gates_shut"]
@@ -148,8 +143,6 @@ def cmd_train_tiny(args: argparse.Namespace) -> None:
 
 
 def cmd_app(args: argparse.Namespace) -> None:
-    from engram_viz.apps.app import serve
-
     serve(args.checkpoint, port=args.port, host=args.host)
 
 
@@ -248,16 +241,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line(err: BaseException) -> str:
+    """The error's message on one line (a multi-line message joined with spaces)."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return " ".join(lines) or type(err).__name__
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one sub-command; a user error (any ``EngramVizError``, a bad value, a file that cannot be
+    read or written) ends it with one line on stderr and exit code 2, without a traceback."""
     args = build_parser().parse_args(argv)
     try:
         args.func(args)
-    except (ValueError, TypeError, FileNotFoundError) as err:
-        print(f"engram-viz {args.command}: error: {err}", file=sys.stderr)
-        return 2
     except BrokenPipeError:  # output piped into `head` and the like: stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except (EngramVizError, ValueError, TypeError, OSError) as err:
+        print(f"engram-viz {args.command}: error: {_one_line(err)}", file=sys.stderr)
+        return 2
     return 0
 
 

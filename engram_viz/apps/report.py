@@ -39,22 +39,27 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import torch
 
 from engram_viz._files import atomic_write_text, write_table
 from engram_viz.analysis.collisions import CollisionStats
+from engram_viz.analysis.exposure import collision_exposure
 from engram_viz.analysis.gate_summary import gate_summary
+from engram_viz.analysis.trace_ngrams import population_from_trace
 from engram_viz.analysis.usage import RowUsage
 from engram_viz.config import EngramConfig
 from engram_viz.errors import EngramVizError
 from engram_viz.run.pipeline import Pipeline
 from engram_viz.run.prompts import DEFAULT_PROMPTS, load_prompts
 from engram_viz.run.trace import Trace
-from engram_viz.viz import paper, tokens
+from engram_viz.viz.collision_plots import collisions_vs_expected
 from engram_viz.viz.export import check_offline_html, export_all
+from engram_viz.viz.gate_plots import exposure_beside_gates, gate_distributions, gate_heatmap
 from engram_viz.viz.report_page import render_html
+from engram_viz.viz.token_figure import token_text_figure
+from engram_viz.viz.tokens import token_html
+from engram_viz.viz.usage_plots import coverage_per_column, row_rank_frequency, touched_rows_map
 
 FIGURE_FORMATS = ("png", "svg")
 MAX_SHOWCASE = 8  # prompts drawn as heatmaps: the first of each category, at most this many
@@ -103,11 +108,7 @@ def accumulate(trace: Trace, config: EngramConfig) -> tuple[RowUsage, CollisionS
     """RowUsage and CollisionStats (sharing one n-gram count) over the trace's text positions."""
     usage = RowUsage(config)
     collisions = CollisionStats(config, counts=usage.counts)
-    pad = int(trace.meta.get("pad_compressed", config.engram_pad_id))
-    for i, n in enumerate(trace.lengths.tolist()):
-        mask = trace.token_types[i, :n].numpy() < 0
-        c = np.where(mask, trace.compressed_ids[i, :n].numpy(), pad)
-        usage.add_compressed(c, mask)
+    population_from_trace(trace, usage.counts)
     return usage, collisions
 
 
@@ -141,7 +142,7 @@ def _gate_figures(trace: Trace, gates: pd.DataFrame, theme: str) -> dict[str, Fi
     show = showcase_prompts(trace)
     specs: dict[str, FigureSpec] = {
         "gate_distributions": (
-            lambda: paper.gate_distributions(gates, by="category", theme=theme),
+            lambda: gate_distributions(gates, by="category", theme=theme),
             "Gates by prompt category",
             (
                 "Per layer, the distribution of gate values over text positions, one box per stream. "
@@ -151,7 +152,7 @@ def _gate_figures(trace: Trace, gates: pd.DataFrame, theme: str) -> dict[str, Fi
     }
     for layer in trace.layer_ids:
         specs[f"tokens_L{layer}"] = (
-            lambda layer=layer: tokens.token_text_figure(
+            lambda layer=layer: token_text_figure(
                 gates, show, layer=layer, stream="mean", theme=theme, title=f"Gate (mean of streams), layer {layer}"
             ),
             f"Token-coloured text, layer {layer}",
@@ -159,14 +160,14 @@ def _gate_figures(trace: Trace, gates: pd.DataFrame, theme: str) -> dict[str, Fi
         )
     for pid in show:
         specs[f"gates_{pid}"] = (
-            lambda pid=pid: paper.gate_heatmap(gates, pid, theme=theme),
+            lambda pid=pid: gate_heatmap(gates, pid, theme=theme),
             f"Gates of {pid!r}",
             "Stream x position heatmap of the gates, all Engram layers stacked; image positions grey.",
         )
     if "exposure" in gates.columns and show:
         first_text = next((p for p, c in zip(trace.prompt_ids, trace.categories) if c != "image"), show[0])
         specs[f"exposure_{first_text}"] = (
-            lambda: paper.exposure_beside_gates(gates, first_text, theme=theme),
+            lambda: exposure_beside_gates(gates, first_text, theme=theme),
             f"Collision exposure beside gates, {first_text!r}",
             (
                 "Bars: how many of a position's 24 rows also hold a different n-gram of the prompt set; "
@@ -182,7 +183,7 @@ def _row_figures(
     """Collisions vs an ideal hash, coverage, rank-frequency and the touched-row map."""
     return {
         "collisions_vs_expected": (
-            lambda: paper.collisions_vs_expected(frames["collision_columns"], theme=theme),
+            lambda: collisions_vs_expected(frames["collision_columns"], theme=theme),
             "Hash collisions vs an ideal uniform hash",
             (
                 "Per (order, head) column: buckets holding two or more distinct n-grams of the prompt set "
@@ -190,17 +191,17 @@ def _row_figures(
             ),
         ),
         "coverage": (
-            lambda: paper.coverage_per_column(frames["usage_columns"], theme=theme, log=True),
+            lambda: coverage_per_column(frames["usage_columns"], theme=theme, log=True),
             "Row coverage per column",
             "Fraction of each column's rows read by the prompt set (rows touched / prime).",
         ),
         "rank_frequency": (
-            lambda: paper.row_rank_frequency(usage, theme=theme),
+            lambda: row_rank_frequency(usage, theme=theme),
             "Row rank-frequency",
             "Hits of the r-th most read row, per layer (log-log).",
         ),
         "touched_rows": (
-            lambda: paper.touched_rows_map(usage, config, theme=theme),
+            lambda: touched_rows_map(usage, config, theme=theme),
             "Where the touched rows lie",
             "Each strip is one (order, head) column's row range split into bins; colour = fraction of rows touched.",
         ),
@@ -239,7 +240,7 @@ def _draw_figures(specs: dict[str, FigureSpec], out: Path) -> tuple[dict[str, Dr
 def _token_sections(trace: Trace, frames: dict[str, pd.DataFrame], theme: str) -> dict[int, str]:
     """Layer -> the token-coloured HTML of every prompt (mean gate over the streams)."""
     return {
-        layer: tokens.token_html(frames["gates"], None, layer=layer, stream="mean", rows=frames["rows"], theme=theme,
+        layer: token_html(frames["gates"], None, layer=layer, stream="mean", rows=frames["rows"], theme=theme,
                                  full_page=False, fontsize=14.0)
         for layer in trace.layer_ids
     }  # fmt: skip
@@ -323,6 +324,7 @@ def write_report(
     pipe = Pipeline(checkpoint, streams=streams, device=device, mode=mode, batch_size=batch_size)
     say(f"running {len(prompt_set)} prompts on {pipe.device}")
     trace = pipe.run(prompt_set, names=["engram.*.dot"], progress=progress)
+    trace.extras["exposure"] = collision_exposure(trace, pipe.config)
 
     say("saving trace and tables")
     trace.save(out / "trace")

@@ -1,0 +1,118 @@
+"""The CLI turns every user error into one line on stderr and exit code 2, never a traceback:
+a bad --checkpoint path, a corrupt checkpoint header, an output folder that cannot be written,
+a missing CJK font."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import engram_viz.apps.report as report_module
+import engram_viz.viz.style as style_module
+from engram_viz.apps.report import ReportError
+from engram_viz.cli import main
+from engram_viz.errors import EngramVizError
+from engram_viz.viz.export import ExportError
+from engram_viz.viz.style import CJKFontMissingError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "engram_viz.cli", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False, cwd=cwd)
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, command: str, *needles: str) -> str:
+    """Exit code != 0, no traceback, stderr exactly one line ``engram-viz COMMAND: error: ...``."""
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"engram-viz {command}: error: "), lines[0]
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def test_user_facing_errors_share_one_base():
+    for cls in (ReportError, ExportError, CJKFontMissingError):
+        assert issubclass(cls, EngramVizError), cls
+
+
+def test_report_with_a_checkpoint_that_does_not_exist(tmp_path):
+    missing = tmp_path / "nonexistent"
+    proc = run_cli("report", "--checkpoint", str(missing), "--out", str(tmp_path / "out"), "--quiet")
+    assert_one_line_error(proc, "report", str(missing))
+    assert not (tmp_path / "out" / "report.html").exists()
+
+
+def test_inspect_a_checkpoint_with_a_corrupt_header(tmp_path):
+    folder = tmp_path / "corrupt"
+    folder.mkdir()
+    shutil.copy(REPO / "data" / "configs" / "tiny.json", folder / "config.json")
+    # a plausible header length followed by bytes that are not JSON
+    (folder / "model.safetensors").write_bytes((64).to_bytes(8, "little") + b"\xff\xfe garbage, not a header" * 8)
+    proc = run_cli("inspect", str(folder))
+    assert_one_line_error(proc, "inspect", "model.safetensors")
+
+
+def test_report_into_a_path_below_a_regular_file(tmp_path):
+    """The output folder cannot be created: a file sits where a folder should be."""
+    blocker = tmp_path / "somefile"
+    blocker.write_text("not a folder\n")
+    proc = run_cli("report", "--out", str(blocker / "sub"), "--quiet")
+    assert_one_line_error(proc, "report", "output folder", str(blocker / "sub"))
+    assert blocker.read_text() == "not a folder\n"
+
+
+def test_report_into_a_read_only_folder(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        if os.access(locked, os.W_OK):  # root writes anyway; the test above covers the path
+            pytest.skip("this user can write into a 0o500 folder (root)")
+        proc = run_cli("report", "--out", str(locked / "report"), "--quiet")
+        assert_one_line_error(proc, "report", "output folder")
+        assert list(locked.iterdir()) == []
+    finally:
+        locked.chmod(0o700)
+
+
+def test_report_without_a_cjk_font(tmp_path, monkeypatch, capsys):
+    """A figure export that requires a CJK font, on a machine without one: one line, exit 2."""
+    monkeypatch.setattr(style_module, "cjk_font", lambda: None)
+    export_all = report_module.export_all
+
+    def export_needing_cjk(fig, stem, formats=None):
+        style_module.require_cjk_font()
+        return export_all(fig, stem, formats)
+
+    monkeypatch.setattr(report_module, "export_all", export_needing_cjk)
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "zh", "category": "mine", "text": "四大发明 造纸术"}\n', encoding="utf-8")
+    out = tmp_path / "r"
+    code = main(["report", "--prompts", str(prompts), "--out", str(out), "--device", "cpu", "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "Traceback" not in err
+    (line,) = err.splitlines()
+    assert line.startswith("engram-viz report: error: no CJK-capable font found") and "fonts-noto-cjk" in line
+    assert not (out / "report.html").exists()
+    assert not [p for p in out.rglob("*") if p.name.endswith(".tmp")]
+
+
+def test_help_imports_no_optional_dependency():
+    code = (
+        "import sys, engram_viz.cli\n"
+        "print(sorted(m for m in ('ipywidgets', 'voila', 'plotly', 'kaleido', 'IPython', 'playwright') "
+        "if m in sys.modules))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    assert proc.stdout.strip() == "[]", proc.stdout
