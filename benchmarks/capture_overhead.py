@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from engram_viz.core.engram import Engram
 from engram_viz.run.capture import DEFAULT_NAMES, HookRegistry
-from engram_viz.weights.checkpoint import synthetic_checkpoint
+from engram_viz.weights.synthetic import synthetic_checkpoint
 
 
 def _sync(device: torch.device) -> None:

@@ -44,14 +44,14 @@ def load_weights(config, layer: int, seed: int):
     """(EngramWeights, token-embedding rows fn, label): the synthetic checkpoint when available,
     else a ProceduralTable with wkv / q / k generated here."""
     try:
-        from engram_viz.weights.checkpoint import synthetic_checkpoint
+        from engram_viz.weights.synthetic import synthetic_checkpoint
 
         ckpt = synthetic_checkpoint(config, seed)
         return ckpt.layer(layer), ckpt.embed.rows, ckpt.label
     except ImportError:
         from types import SimpleNamespace
 
-        from engram_viz.weights.table import ProceduralTable
+        from engram_viz.weights.procedural import ProceduralTable
 
         g = torch.Generator().manual_seed(seed)
         n, k = config.dim * (config.hc_mult + 1), config.n_hash_cols * config.engram_head_dim

@@ -29,7 +29,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engram_viz.weights.table import InMemoryTable, LazyTable, create_sparse_safetensors, read_tensor
+from engram_viz.weights.safetensors import create_sparse_safetensors, read_tensor
+from engram_viz.weights.tables import InMemoryTable, LazyTable
 
 HEAD_DIM, V41_ROWS = 256, 384_016_682
 W, S = "layers.14.engram.embed.weight", "layers.14.engram.embed.scale"

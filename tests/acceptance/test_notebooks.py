@@ -127,7 +127,7 @@ def test_quickstart_runs_on_the_checkpoint_named_by_the_environment(tmp_path, mo
     import nbformat
     from nbclient import NotebookClient
 
-    from engram_viz.weights.checkpoint import synthetic_checkpoint
+    from engram_viz.weights.synthetic import synthetic_checkpoint
 
     folder = synthetic_checkpoint("tiny", 0).path
     monkeypatch.setenv("ENGRAM_VIZ_CHECKPOINT", str(folder))

@@ -1,11 +1,9 @@
 """engram_viz.weights.checkpoint: synthetic round trips (bit-identical), hf vs mp layouts, every error case
-raising CheckpointError without leaving files behind, the procedural v41-flash checkpoint, a
-full-size sparse checkpoint at the real dimensions, and ``engram-viz inspect``."""
+raising CheckpointError without leaving files behind, and a full-size sparse checkpoint at the real dimensions."""
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 from pathlib import Path
@@ -14,61 +12,25 @@ import pytest
 import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
-
-from engram_viz.cli import main
-from engram_viz.config import CONFIG_DIR, load_config
-from engram_viz.core import fp8
-from engram_viz.weights import checkpoint as C
-from engram_viz.weights.checkpoint import (
-    CheckpointError,
-    LazyTable,
-    ProceduralTable,
-    RowIdError,
-    default_checkpoint,
-    engram_names,
-    expected_tensors,
-    inspect_checkpoint,
-    open_checkpoint,
-    synthetic_checkpoint,
-    synthetic_tensors,
-    write_synthetic_checkpoint,
-)
-from engram_viz.weights.table import (
+from weights_kit import (
+    SHARD,
     TORCH_TO_SAFETENSORS,
-    create_sparse_safetensors,
-    read_safetensors_header,
-    read_tensor,
+    all_tensors,
+    describe_checkpoint,
+    listing,
+    same,
 )
 
-INDEX = "model.safetensors.index.json"
-SHARD = "model-{:05d}-of-00003.safetensors"
-
-
-def _raw(t: torch.Tensor) -> torch.Tensor:
-    return t.contiguous().view(torch.uint8)
-
-
-def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(_raw(a), _raw(b))
-
-
-def _listing(folder: Path) -> dict:
-    """Every file under the folder's parent with size and mtime: detects partial files and changes."""
-    return {
-        str(p.relative_to(folder.parent)): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.parent.rglob("*")
-    }
-
-
-def _all_tensors(ckpt) -> dict[str, torch.Tensor]:
-    """Every Engram-path tensor of an opened checkpoint, read back through its public interfaces."""
-    out = {}
-    for layer_id, w in ckpt.layers.items():
-        names = engram_names(layer_id)
-        out[names["table_weight"]], out[names["table_scale"]] = w.table.gather_fp8(torch.arange(w.table.num_rows))
-        out[names["wkv_weight"]], out[names["wkv_scale"]] = w.wkv_weight, w.wkv_scale
-        out[names["q_weight"]], out[names["k_weight"]] = w.q_weight, w.k_weight
-    out["embed.weight"] = ckpt.embed.rows(torch.arange(ckpt.embed.num_rows))
-    return out
+from engram_viz.config import CONFIG_DIR
+from engram_viz.core import fp8
+from engram_viz.core.schema import expected_tensors
+from engram_viz.weights.checkpoint import open_checkpoint
+from engram_viz.weights.errors import CheckpointError, RowIdError
+from engram_viz.weights.inspect import inspect_checkpoint
+from engram_viz.weights.safetensors import create_sparse_safetensors, read_safetensors_header, read_tensor
+from engram_viz.weights.scan import scan_checkpoint
+from engram_viz.weights.synthetic import synthetic_tensors, write_synthetic_checkpoint
+from engram_viz.weights.tables import LazyTable
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +43,9 @@ def hf_dir(tmp_path_factory) -> Path:
     return write_synthetic_checkpoint(tmp_path_factory.mktemp("hf") / "tiny-hf", "tiny", seed=0)
 
 
+INDEX = "model.safetensors.index.json"
+
+
 @pytest.fixture()
 def broken(tmp_path, hf_dir) -> Path:
     """A private copy of the HF checkpoint (no tokenizer) to damage."""
@@ -89,19 +54,15 @@ def broken(tmp_path, hf_dir) -> Path:
     return out
 
 
-# ---------------------------------------------------------------------------------------------
-# round trips
-
-
 def test_round_trip_is_bit_identical(hf_dir, tiny_tensors, tiny_config):
     ckpt = open_checkpoint(hf_dir)
-    got = _all_tensors(ckpt)
+    got = all_tensors(ckpt)
     want = expected_tensors(tiny_config)
     assert set(got) == set(tiny_tensors) == set(want)
     for name, t in got.items():
         dtype, shape = want[name]
         assert TORCH_TO_SAFETENSORS[t.dtype] == dtype and tuple(t.shape) == shape, name
-        assert _same(t, tiny_tensors[name]), name
+        assert same(t, tiny_tensors[name]), name
 
 
 def test_reader_agrees_with_the_safetensors_library(hf_dir):
@@ -112,7 +73,7 @@ def test_reader_agrees_with_the_safetensors_library(hf_dir):
         with safe_open(str(shard), framework="pt") as f:
             assert set(f.keys()) == set(header.tensors)
             for name in f.keys():  # noqa: SIM118 - safe_open is not a dict
-                assert _same(read_tensor(header.tensors[name]), f.get_tensor(name)), (shard.name, name)
+                assert same(read_tensor(header.tensors[name]), f.get_tensor(name)), (shard.name, name)
 
 
 def test_lazy_gathers_equal_eager_embedding(hf_dir):
@@ -123,13 +84,13 @@ def test_lazy_gathers_equal_eager_embedding(hf_dir):
     ids = torch.randint(0, table.num_rows, (2, 33, 24), generator=torch.Generator().manual_seed(0))
     w, s = shard["layers.3.engram.embed.weight"], shard["layers.3.engram.embed.scale"]
     gw, gs = table.gather_fp8(ids)
-    assert _same(gw, torch.nn.functional.embedding(ids, w)) and _same(gs, torch.nn.functional.embedding(ids, s))
+    assert same(gw, torch.nn.functional.embedding(ids, w)) and same(gs, torch.nn.functional.embedding(ids, s))
     assert torch.equal(
         table(ids), fp8.dequantize_rows(torch.nn.functional.embedding(ids, w), torch.nn.functional.embedding(ids, s))
     )
     emb = load_file(str(hf_dir / SHARD.format(1)))["embed.weight"]
     raw = torch.tensor([[0, 1, 2, 129_279, 5, 5]])
-    assert _same(ckpt.embed.rows(raw), torch.nn.functional.embedding(raw, emb))
+    assert same(ckpt.embed.rows(raw), torch.nn.functional.embedding(raw, emb))
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 5])
@@ -142,12 +103,12 @@ def test_mp_layout_reads_the_same_as_hf(tmp_path, hf_dir, world_size):
     assert sorted(p.name for p in mp.glob("*.safetensors")) == [
         f"model{i}-mp{world_size}.safetensors" for i in range(world_size)
     ]
-    a, b = _all_tensors(open_checkpoint(hf_dir)), _all_tensors(ckpt := open_checkpoint(mp))
+    a, b = all_tensors(open_checkpoint(hf_dir)), all_tensors(ckpt := open_checkpoint(mp))
     assert ckpt.layout == "mp" and ckpt.synthetic
     for name in a:
-        assert _same(a[name], b[name]), name
+        assert same(a[name], b[name]), name
     if world_size == 5:  # 50148 rows over 5 parts of 10030: the last part is padded by 2 rows
-        parts = C.scan_checkpoint(mp).tensors["layers.1.engram.embed.weight"].parts
+        parts = scan_checkpoint(mp).tensors["layers.1.engram.embed.weight"].parts
         assert [p.shape[0] for p in parts] == [10030] * 5
 
 
@@ -168,9 +129,9 @@ def test_mp_layout_with_replicated_embed_and_short_last_part(tmp_path, tiny_tens
     shutil.copyfile(CONFIG_DIR / "tiny.json", folder / "config.json")
     ckpt = open_checkpoint(folder)
     assert not ckpt.synthetic and ckpt.label.startswith("checkpoint ") and ckpt.tokenizer_path is None
-    got = _all_tensors(ckpt)
+    got = all_tensors(ckpt)
     for name, t in tiny_tensors.items():
-        assert _same(got[name], t), name
+        assert same(got[name], t), name
 
 
 def test_provenance_and_config(hf_dir, tiny_config):
@@ -181,7 +142,7 @@ def test_provenance_and_config(hf_dir, tiny_config):
     assert all(w.table.synthetic and w.table.label.startswith("SYNTHETIC") for w in ckpt.layers.values())
     assert ckpt.embed.synthetic and ckpt.embed.label.startswith("SYNTHETIC")
     assert json.loads((hf_dir / "SYNTHETIC.json").read_text())["synthetic"] is True
-    assert json.loads(json.dumps(ckpt.describe()))["synthetic"] is True
+    assert json.loads(json.dumps(describe_checkpoint(ckpt)))["synthetic"] is True
     assert open_checkpoint(hf_dir / INDEX, config="tiny").config == tiny_config  # a file inside the folder works too
     with pytest.raises(KeyError, match="expected one of \\[1, 3\\]"):
         ckpt.layer(2)
@@ -193,27 +154,6 @@ def test_a_plain_folder_is_not_labelled_synthetic(tmp_path, tiny_tensors):
     save_file(tiny_tensors, str(folder / "model.safetensors"))
     ckpt = open_checkpoint(folder, config="tiny")
     assert not ckpt.synthetic and "SYNTHETIC" not in ckpt.label and not ckpt.layers[1].table.synthetic
-
-
-def test_synthetic_gates_are_not_trivial(hf_dir, tiny_config):
-    """The drawn weights put the seed's gate (float64, reference section 5) well away from 0.5."""
-    ckpt = open_checkpoint(hf_dir)
-    g = torch.Generator().manual_seed(0)
-    hc, dim = tiny_config.hc_mult, tiny_config.dim
-    for w in ckpt.layers.values():
-        ids = torch.randint(0, w.table.num_rows, (256, 24), generator=g)
-        rows = w.table(ids).double().flatten(-2)
-        kv = rows @ fp8.dequantize_blocks(w.wkv_weight, w.wkv_scale).double().T
-        key = kv[:, : hc * dim].unflatten(-1, (hc, dim))
-        h = ckpt.embed.rows(torch.randint(0, 129_280, (256,), generator=g)).double()[:, None, :].expand(-1, hc, -1)
-        rstd = torch.rsqrt(h.square().mean(-1) + 1e-20) * torch.rsqrt(key.square().mean(-1) + 1e-20)
-        dot = (h * (w.q_weight.double() * w.k_weight.double()) * key).sum(-1) * rstd / math.sqrt(dim)
-        gate = torch.sigmoid(torch.copysign(dot.abs().clamp_min(1e-6).sqrt(), dot))
-        assert gate.std() > 0.1 and gate.min() < 0.3 and gate.max() > 0.7
-
-
-# ---------------------------------------------------------------------------------------------
-# errors
 
 
 def _rewrite_shard(path: Path, edit) -> None:
@@ -303,7 +243,7 @@ ERROR_CASES = {
 def test_errors_name_file_and_tensor_and_leave_nothing(broken, case):
     damage, pattern = ERROR_CASES[case]
     damage(broken)
-    before = _listing(broken)
+    before = listing(broken)
     with pytest.raises(CheckpointError, match=pattern):
         open_checkpoint(broken)
     report = None
@@ -313,7 +253,7 @@ def test_errors_name_file_and_tensor_and_leave_nothing(broken, case):
         pass  # inspect may not even scan it; when it does, it must flag the problem
     if report is not None:
         assert report["valid"] is not True
-    assert _listing(broken) == before  # reading never writes
+    assert listing(broken) == before  # reading never writes
 
 
 def test_id_past_the_table_end(hf_dir):
@@ -342,102 +282,6 @@ def test_mp_errors(tmp_path):
         match=r"model0-mp2\.safetensors: tensor 'layers\.1\.engram\.embed\.weight' \(part 0 of 2\) has shape",
     ):
         open_checkpoint(mp)
-
-
-class Boom(RuntimeError):
-    pass
-
-
-@pytest.mark.parametrize("exc", [Boom, KeyboardInterrupt])
-def test_interrupted_write_leaves_nothing(tmp_path, monkeypatch, exc):
-    calls = []
-    real_save = C._save
-
-    def failing_save(tensors, path, metadata):
-        calls.append(path)
-        if len(calls) == 2:
-            raise exc("interrupted")
-        real_save(tensors, path, metadata)
-
-    monkeypatch.setattr(C, "_save", failing_save)
-    parent = tmp_path / "out"
-    parent.mkdir()
-    with pytest.raises(exc):
-        write_synthetic_checkpoint(parent / "ckpt", "tiny")
-    assert len(calls) == 2 and list(parent.iterdir()) == []
-
-
-def test_writer_refuses_existing_folder_and_huge_configs(tmp_path):
-    existing = tmp_path / "taken"
-    existing.mkdir()
-    (existing / "keep.txt").write_text("mine")
-    with pytest.raises(FileExistsError, match="already exists"):
-        write_synthetic_checkpoint(existing, "tiny")
-    assert [p.name for p in existing.iterdir()] == ["keep.txt"]
-    with pytest.raises(ValueError, match=r"use synthetic_checkpoint\('v41-flash'\)"):
-        write_synthetic_checkpoint(tmp_path / "big", "v41-flash")
-    with pytest.raises(ValueError, match="world_size 3 must divide vocab_size"):
-        write_synthetic_checkpoint(tmp_path / "odd", "tiny", world_size=3)
-    with pytest.raises(ValueError, match="layout must be"):
-        write_synthetic_checkpoint(tmp_path / "x", "tiny", layout="zip")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
-
-
-# ---------------------------------------------------------------------------------------------
-# synthetic_checkpoint / default_checkpoint
-
-
-def test_synthetic_tiny_is_cached_and_rebuilt_when_damaged(tmp_path, monkeypatch, tiny_tensors):
-    monkeypatch.setenv("ENGRAM_VIZ_CACHE", str(tmp_path))
-    monkeypatch.setattr(C, "_SYNTHETIC_CACHE", {})
-    ckpt = synthetic_checkpoint("tiny")
-    assert ckpt.synthetic and ckpt.label.startswith("SYNTHETIC") and ckpt.path.parent == tmp_path / "synthetic"
-    assert synthetic_checkpoint("tiny") is ckpt
-    assert _same(_all_tensors(ckpt)["layers.3.engram.wkv.weight"], tiny_tensors["layers.3.engram.wkv.weight"])
-    stamp = (ckpt.path / SHARD.format(1)).stat().st_mtime_ns
-    monkeypatch.setattr(C, "_SYNTHETIC_CACHE", {})
-    again = synthetic_checkpoint("tiny")  # a new process: the folder is reused, not rewritten
-    assert again.path == ckpt.path and (ckpt.path / SHARD.format(1)).stat().st_mtime_ns == stamp
-    (ckpt.path / SHARD.format(3)).unlink()
-    monkeypatch.setattr(C, "_SYNTHETIC_CACHE", {})
-    rebuilt = synthetic_checkpoint("tiny")
-    assert (rebuilt.path / SHARD.format(3)).is_file()
-    assert _same(_all_tensors(rebuilt)["layers.3.engram.embed.weight"], tiny_tensors["layers.3.engram.embed.weight"])
-    assert not [p for p in (tmp_path / "synthetic").iterdir() if p.name.startswith(".")]  # no temp leftovers
-
-
-def test_default_checkpoint_says_what_it_is(tiny_config):
-    """The embedded default is the tiny config, and its label says SYNTHETIC exactly when it is."""
-    ckpt = default_checkpoint()
-    assert ckpt.config == tiny_config and default_checkpoint().path == ckpt.path
-    assert ("SYNTHETIC" in ckpt.label) == ckpt.synthetic
-    assert ckpt.layers and ckpt.embed.rows(torch.tensor([[1, 2]])).shape == (1, 2, tiny_config.dim)
-
-
-def test_procedural_v41_flash_checkpoint(v41_config):
-    ckpt = synthetic_checkpoint("v41-flash")
-    assert ckpt.synthetic and ckpt.path is None and ckpt.layout == "procedural"
-    assert ckpt.label.startswith("SYNTHETIC procedural v41-flash")
-    want = expected_tensors(v41_config)
-    for layer_id, rows in zip(v41_config.engram_layer_ids, v41_config.engram_num_embeddings):
-        w = ckpt.layer(layer_id)
-        names = engram_names(layer_id)
-        assert isinstance(w.table, ProceduralTable) and w.table.synthetic and "SYNTHETIC" in w.table.label
-        assert (w.table.num_rows, w.table.head_dim) == (rows, 256)
-        for key in ("wkv_weight", "wkv_scale", "q_weight", "k_weight"):
-            t = getattr(w, key)
-            assert (TORCH_TO_SAFETENSORS[t.dtype], tuple(t.shape)) == want[names[key]], key
-        gw, gs = w.table.gather_fp8(torch.tensor([[0, rows - 1]]))
-        assert gw.shape == (1, 2, 256) and gs.shape == (1, 2, 8)
-        with pytest.raises(RowIdError, match=f"row id {rows} out of range"):
-            w.table(torch.tensor([rows]))
-    assert not torch.equal(ckpt.layer(1).table(torch.arange(4)), ckpt.layer(14).table(torch.arange(4)))
-    assert ckpt.embed.synthetic and ckpt.embed.rows(torch.tensor([[0, 129_279]])).shape == (1, 2, 5120)
-    assert synthetic_checkpoint("v41-flash") is ckpt
-
-
-# ---------------------------------------------------------------------------------------------
-# the real dimensions: a full-size sparse HF checkpoint
 
 
 def test_full_size_sparse_checkpoint_opens_lazily(tmp_path, v41_config):
@@ -476,50 +320,3 @@ def test_full_size_sparse_checkpoint_opens_lazily(tmp_path, v41_config):
     assert sizes["layers.1.engram.wkv.weight"] == 157_286_400
     with pytest.raises(CheckpointError, match=r"has shape \[384006168, 256\], expected \[50148, 32\]"):
         open_checkpoint(folder, config="tiny")
-
-
-# ---------------------------------------------------------------------------------------------
-# engram-viz inspect
-
-
-def test_inspect_cli(hf_dir, tmp_path, capsys):
-    assert main(["inspect", str(hf_dir), "--json"]) == 0
-    report = json.loads(capsys.readouterr().out)
-    assert report["valid"] is True and report["synthetic"] and report["layout"] == "hf" and report["config"] == "tiny"
-    by_name = {t["name"]: t for t in report["tensors"]}
-    assert len(by_name) == 13
-    assert by_name["layers.1.engram.embed.weight"] == {
-        "name": "layers.1.engram.embed.weight",
-        "dtype": "F8_E4M3",
-        "shape": [50148, 32],
-        "parts": 1,
-        "part_shapes": None,
-        "split": False,
-        "files": [SHARD.format(2)],
-        "bytes": 50148 * 32,
-    }
-    assert by_name["embed.weight"]["files"] == [SHARD.format(1)]
-
-    assert main(["inspect", str(hf_dir)]) == 0
-    text = capsys.readouterr().out
-    assert "SYNTHETIC" in text and "layers.3.engram.embed.weight  F8_E4M3  [54840, 32]" in text
-    assert "check against config tiny: ok" in text
-
-    with pytest.raises(SystemExit) as info:
-        main(["inspect", str(hf_dir), "--config", "v41-flash"])
-    assert info.value.code == 1 and "FAILED" in capsys.readouterr().out
-
-    assert main(["inspect", str(tmp_path / "nowhere")]) == 2
-    assert "does not exist" in capsys.readouterr().err
-
-
-def test_inspect_mp_folder(tmp_path):
-    mp = write_synthetic_checkpoint(tmp_path / "mp", "tiny", world_size=4, tokenizer=False)
-    report = inspect_checkpoint(mp)
-    assert report["valid"] is True and report["world_size"] == 4
-    by_name = {t["name"]: t for t in report["tensors"]}
-    table = by_name["layers.3.engram.embed.weight"]
-    assert table["split"] and table["parts"] == 4 and table["shape"] == [54840, 32]
-    assert not by_name["layers.3.engram.wkv.weight"]["split"] and by_name["layers.3.engram.wkv.weight"]["parts"] == 4
-    assert by_name["embed.weight"]["split"] and by_name["embed.weight"]["shape"] == [129280, 64]
-    assert load_config("tiny").name == report["config"]

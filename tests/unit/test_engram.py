@@ -385,7 +385,7 @@ def test_end_to_end_on_the_synthetic_tiny_checkpoint():
     Engram.from_weights - against the independent float64 path fed by the table's own fp8 bytes."""
     from engram_viz.core.hashing import hash_prompt
     from engram_viz.run.streams import embedding_streams
-    from engram_viz.weights.checkpoint import synthetic_checkpoint
+    from engram_viz.weights.synthetic import synthetic_checkpoint
 
     ckpt = synthetic_checkpoint("tiny")
     config = ckpt.config

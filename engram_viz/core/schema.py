@@ -1,0 +1,92 @@
+"""The checkpoint's tensor names, dtypes and shapes (reference section 4; no ``model.`` prefix).
+
+Per Engram layer N:
+
+=================================  ===========  ================================================
+name                               dtype        shape
+=================================  ===========  ================================================
+``layers.N.engram.embed.weight``   F8_E4M3      ``[engram_num_embeddings[i], head_dim]``
+``layers.N.engram.embed.scale``    F8_E8M0      ``[engram_num_embeddings[i], head_dim / 32]``
+``layers.N.engram.wkv.weight``     F8_E4M3      ``[dim * (hc_mult + 1), n_hash_cols * head_dim]``
+``layers.N.engram.wkv.scale``      F8_E8M0      ``[ceil(rows / 32), ceil(cols / 32)]``
+``layers.N.engram.q_weight``       BF16         ``[hc_mult, dim]``
+``layers.N.engram.k_weight``       BF16         ``[hc_mult, dim]``
+``embed.weight``                   BF16         ``[vocab_size, dim]``
+=================================  ===========  ================================================
+
+Pure naming: no file is read here. ``SAFETENSORS_DTYPES`` maps the safetensors dtype strings to
+torch dtypes and their sizes.
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+
+from engram_viz.config import FP8_BLOCK_SIZE, EngramConfig
+
+# safetensors dtype string -> (torch dtype, bytes per element)
+SAFETENSORS_DTYPES: dict[str, tuple[torch.dtype, int]] = {
+    "F64": (torch.float64, 8),
+    "F32": (torch.float32, 4),
+    "F16": (torch.float16, 2),
+    "BF16": (torch.bfloat16, 2),
+    "I64": (torch.int64, 8),
+    "I32": (torch.int32, 4),
+    "I16": (torch.int16, 2),
+    "I8": (torch.int8, 1),
+    "U8": (torch.uint8, 1),
+    "BOOL": (torch.bool, 1),
+    "F8_E4M3": (torch.float8_e4m3fn, 1),
+    "F8_E5M2": (torch.float8_e5m2, 1),
+    "F8_E8M0": (torch.float8_e8m0fnu, 1),
+}
+
+EMBED_NAME = "embed.weight"
+ENGRAM_RE = re.compile(r"^layers\.(\d+)\.engram\.")
+
+
+def engram_names(layer_id: int) -> dict[str, str]:
+    """The checkpoint names of one Engram layer's tensors, keyed by role."""
+    p = f"layers.{layer_id}.engram."
+    return {
+        "table_weight": p + "embed.weight",
+        "table_scale": p + "embed.scale",
+        "wkv_weight": p + "wkv.weight",
+        "wkv_scale": p + "wkv.scale",
+        "q_weight": p + "q_weight",
+        "k_weight": p + "k_weight",
+    }
+
+
+def wkv_shape(config: EngramConfig) -> tuple[int, int]:
+    """``wkv`` is Linear(n_hash_cols * head_dim -> dim * (hc_mult + 1)): weight ``[N, K]``."""
+    return config.dim * (config.hc_mult + 1), config.n_hash_cols * config.engram_head_dim
+
+
+def expected_tensors(config: EngramConfig) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """Every tensor the Engram path needs: name -> (safetensors dtype, shape)."""
+    d, b = config.engram_head_dim, FP8_BLOCK_SIZE
+    n, k = wkv_shape(config)
+    out: dict[str, tuple[str, tuple[int, ...]]] = {}
+    for layer_id, rows in zip(config.engram_layer_ids, config.engram_num_embeddings):
+        names = engram_names(layer_id)
+        out[names["table_weight"]] = ("F8_E4M3", (rows, d))
+        out[names["table_scale"]] = ("F8_E8M0", (rows, d // b))
+        out[names["wkv_weight"]] = ("F8_E4M3", (n, k))
+        out[names["wkv_scale"]] = ("F8_E8M0", (-(-n // b), -(-k // b)))
+        out[names["q_weight"]] = ("BF16", (config.hc_mult, config.dim))
+        out[names["k_weight"]] = ("BF16", (config.hc_mult, config.dim))
+    out[EMBED_NAME] = ("BF16", (config.vocab_size, config.dim))
+    return out
+
+
+def is_table_name(name: str) -> bool:
+    """True for an Engram table tensor (``layers.N.engram.embed.weight`` / ``.scale``)."""
+    return bool(ENGRAM_RE.match(name)) and name.endswith((".engram.embed.weight", ".engram.embed.scale"))
+
+
+def is_engram_path_name(name: str) -> bool:
+    """True for a tensor the Engram path reads: ``embed.weight`` or any ``layers.N.engram.*``."""
+    return name == EMBED_NAME or bool(ENGRAM_RE.match(name))

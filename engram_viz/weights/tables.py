@@ -1,0 +1,169 @@
+"""The Engram table: fp8 e4m3 rows with one e8m0 scale per 32 features (reference section 4).
+
+One interface (``EngramTable``), several backings:
+
+- ``InMemoryTable(weight, scale)``: the tensors in memory (any device).
+- ``LazyTable``: rows read on demand from one or more safetensors files (two ``LazyRows``).
+- ``ProceduralTable`` (``procedural.py``): row r a fixed function of ``(seed, r)``.
+
+``table(row_ids)`` is the reference lookup ``fp8.dequantize_rows(*table.gather_fp8(row_ids))``
+-> bf16 ``[..., head_dim]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from engram_viz.config import FP8_BLOCK_SIZE
+from engram_viz.core import fp8
+from engram_viz.weights.errors import CheckpointError
+from engram_viz.weights.rows import LazyRows, check_row_ids, take_rows, unique_ids
+from engram_viz.weights.safetensors import read_safetensors_header
+
+DEQUANT_CHUNK_ROWS = 4096  # bounds the float32 temporaries of dequantisation (4 MB each at head_dim 256)
+
+
+class EngramTable:
+    """An Engram table: e4m3 rows ``[num_rows, head_dim]`` with e8m0 scales ``[num_rows, head_dim / 32]``.
+
+    Subclasses implement ``_gather_unique(ids)`` for sorted unique validated ids.
+    """
+
+    num_rows: int
+    head_dim: int
+    label: str
+    synthetic: bool = False
+
+    def _gather_unique(self, ids: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
+
+    def _check(self, row_ids) -> torch.Tensor:
+        return check_row_ids(row_ids, self.num_rows, self.label)
+
+    def gather_fp8(self, row_ids) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows of ids ``[...]``: weight float8_e4m3fn ``[..., head_dim]`` and scale
+        float8_e8m0fnu ``[..., head_dim / 32]``, on the ids' device, bit for bit as stored."""
+        ids = self._check(row_ids)
+        uniq, inv = unique_ids(ids)
+        w, s = self._gather_unique(uniq)
+        w = take_rows(w, inv).reshape(*ids.shape, self.head_dim)
+        s = take_rows(s, inv).reshape(*ids.shape, self.head_dim // FP8_BLOCK_SIZE)
+        return w.to(ids.device), s.to(ids.device)
+
+    def __call__(self, row_ids) -> torch.Tensor:
+        """The reference lookup: bf16 ``[..., head_dim]`` = ``fp8.dequantize_rows(*gather_fp8(row_ids))``.
+
+        Each unique row is read once; dequantisation runs in chunks of positions (the same
+        per-element arithmetic), so float32 temporaries stay small. The result is on the ids' device.
+        """
+        ids = self._check(row_ids)
+        uniq, inv = unique_ids(ids)
+        w, s = self._gather_unique(uniq)
+        w, s, inv = w.to(ids.device), s.to(ids.device), inv.to(ids.device)
+        out = torch.empty(inv.numel(), self.head_dim, dtype=torch.bfloat16, device=ids.device)
+        for a in range(0, inv.numel(), DEQUANT_CHUNK_ROWS):
+            idx = inv[a : a + DEQUANT_CHUNK_ROWS]
+            out[a : a + DEQUANT_CHUNK_ROWS] = fp8.dequantize_rows(take_rows(w, idx), take_rows(s, idx))
+        return out.reshape(*ids.shape, self.head_dim)
+
+    def _check_pair(self, weight_dtype, scale_dtype, weight_cols: int, scale_cols: int, where: str) -> None:
+        if weight_dtype != torch.float8_e4m3fn:
+            raise CheckpointError(f"{where}: table weight must be float8_e4m3fn (F8_E4M3), got {weight_dtype}")
+        if scale_dtype != torch.float8_e8m0fnu:
+            raise CheckpointError(f"{where}: table scale must be float8_e8m0fnu (F8_E8M0), got {scale_dtype}")
+        if weight_cols % FP8_BLOCK_SIZE or scale_cols * FP8_BLOCK_SIZE != weight_cols:
+            raise CheckpointError(
+                f"{where}: table weight has {weight_cols} features but scale has {scale_cols} columns; "
+                f"expected one scale per {FP8_BLOCK_SIZE} features"
+            )
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.num_rows:,} x {self.head_dim}, {self.label})"
+
+
+class InMemoryTable(EngramTable):
+    """A table held as tensors: ``weight`` e4m3 ``[rows, D]``, ``scale`` e8m0 ``[rows, D/32]`` (any device)."""
+
+    def __init__(
+        self, weight: torch.Tensor, scale: torch.Tensor, label: str = "in-memory table", synthetic: bool = False
+    ):
+        if weight.dim() != 2 or scale.dim() != 2 or weight.shape[0] != scale.shape[0]:
+            raise CheckpointError(
+                f"{label}: weight {list(weight.shape)} and scale {list(scale.shape)} must be 2D with equal rows"
+            )
+        self._check_pair(weight.dtype, scale.dtype, weight.shape[1], scale.shape[1], label)
+        self.weight, self.scale = weight, scale
+        self.num_rows, self.head_dim = weight.shape
+        self.label, self.synthetic = label, synthetic
+
+    @property
+    def device(self) -> torch.device:
+        return self.weight.device
+
+    def to(self, device: str | torch.device) -> InMemoryTable:
+        return InMemoryTable(self.weight.to(device), self.scale.to(device), self.label, self.synthetic)
+
+    def _gather_unique(self, ids: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        idx = torch.from_numpy(np.asarray(ids, dtype=np.int64)).to(self.weight.device)
+        return take_rows(self.weight, idx), take_rows(self.scale, idx)
+
+
+class LazyTable(EngramTable):
+    """A table whose rows are read on demand from safetensors files (see ``LazyRows``)."""
+
+    def __init__(
+        self,
+        weight: LazyRows,
+        scale: LazyRows,
+        num_rows: int | None = None,
+        label: str | None = None,
+        synthetic: bool = False,
+    ):
+        where = label or weight.label
+        self._check_pair(weight.dtype, scale.dtype, weight.cols, scale.cols, where)
+        if weight.num_rows != scale.num_rows:
+            raise CheckpointError(f"{where}: weight has {weight.num_rows:,} rows but scale has {scale.num_rows:,}")
+        if num_rows is None:
+            num_rows = weight.num_rows
+        if num_rows > weight.num_rows:
+            raise CheckpointError(f"{where}: {num_rows:,} rows wanted but the files hold {weight.num_rows:,}")
+        self.weight, self.scale = weight, scale
+        self.num_rows, self.head_dim = int(num_rows), weight.cols
+        self.label = label or weight.label
+        self.synthetic = synthetic
+        self.device = torch.device("cpu")
+
+    @classmethod
+    def open(
+        cls,
+        paths: str | Path | Sequence[str | Path],
+        weight_name: str,
+        scale_name: str,
+        num_rows: int | None = None,
+        label: str | None = None,
+        synthetic: bool = False,
+    ) -> LazyTable:
+        """The table ``weight_name`` / ``scale_name`` of one file, or row-split over several files in order."""
+        paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
+        headers = [read_safetensors_header(p) for p in paths]
+        parts = {}
+        for name in (weight_name, scale_name):
+            for h in headers:
+                if name not in h.tensors:
+                    raise CheckpointError(f"{h.path}: tensor {name!r} not found")
+            parts[name] = [h.tensors[name] for h in headers]
+        w, s = LazyRows(parts[weight_name]), LazyRows(parts[scale_name])
+        return cls(w, s, num_rows=num_rows, label=label or w.label, synthetic=synthetic)
+
+    def _gather_unique(self, ids: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.weight.read_unique(ids), self.scale.read_unique(ids)
+
+    def materialize(self) -> InMemoryTable:
+        """Read the whole table into memory (only sensible for small tables)."""
+        ids = np.arange(self.num_rows, dtype=np.int64)
+        w, s = self._gather_unique(ids)
+        return InMemoryTable(w, s, label=f"{self.label} (in memory)", synthetic=self.synthetic)
