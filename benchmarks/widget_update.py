@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch
 
-from engram_viz.apps.widgets import PromptComparison, pipeline_from_env
+from engram_viz.apps.widget import PromptComparison, pipeline_from_env
 
 WORDS = [
     "the",
@@ -117,13 +117,13 @@ def main() -> None:
         times["layer/stream/view switch"].append((time.perf_counter() - t) / 3)
 
         t = time.perf_counter()
-        pipe.run([{"id": "a", "text": a + " x"}, {"id": "b", "text": b + " x"}], exposure=False)
+        pipe.run([{"id": "a", "text": a + " x"}, {"id": "b", "text": b + " x"}])
         times["pipeline only"].append(time.perf_counter() - t)
 
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
         t = time.perf_counter()
-        pipe.run([{"id": "a", "text": a + " y"}, {"id": "b", "text": b + " y"}], exposure=False)
+        pipe.run([{"id": "a", "text": a + " y"}, {"id": "b", "text": b + " y"}])
         times["pipeline only, 1 thread"].append(time.perf_counter() - t)
         torch.set_num_threads(threads)
 

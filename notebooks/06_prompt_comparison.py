@@ -26,7 +26,7 @@
 from IPython.display import HTML, display
 
 from engram_viz.apps import notebook as nb
-from engram_viz.apps.widgets import PromptComparison
+from engram_viz.apps.widget import PromptComparison
 
 nb.setup()
 pipe = nb.load_pipeline()
@@ -95,5 +95,5 @@ print(cmp.messages)
 display(HTML(cmp.panels["A"]))
 
 # %% [markdown]
-# The app for a standalone page is the same object: `engram_viz.apps.widgets.app()` returns it, and its
+# The app for a standalone page is the same object: `engram_viz.apps.widget.app()` returns it, and its
 # `.widget` is the ipywidgets tree a Voila page serves.

@@ -34,7 +34,7 @@ from engram_viz.analysis.collisions import CollisionStats
 from engram_viz.analysis.usage import RowUsage
 from engram_viz.analysis.corpus_counts import corpus_sample
 from engram_viz.apps import notebook as nb
-from engram_viz.apps.widgets import PromptComparison
+from engram_viz.apps.widget import PromptComparison
 from engram_viz.config import load_config
 from engram_viz.core.layout import EngramLayout
 from engram_viz.run.pipeline import collision_exposure

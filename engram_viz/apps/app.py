@@ -1,7 +1,7 @@
 """The prompt-comparison app as a standalone web page: ``engram-viz app``.
 
 ``serve(checkpoint=None, port=8866, host='127.0.0.1')`` runs a Voila server that renders one small
-notebook: it builds :class:`engram_viz.apps.widgets.PromptComparison` (on ``checkpoint``, else
+notebook: it builds :class:`engram_viz.apps.widget.PromptComparison` (on ``checkpoint``, else
 ``$ENGRAM_VIZ_CHECKPOINT``, else the embedded default weights) and shows its ipywidgets tree. Each
 browser tab gets its own kernel (Voila starts one per page and shuts it down when the tab closes);
 the code cell is not shown and the page has no notebook controls.
@@ -12,7 +12,7 @@ the icon font the widget buttons use), the ipywidgets front end from the install
 widgets with inline CSS (no plotly FigureWidget, no script tags). Voila's stock ``lab`` template
 links two Font Awesome style sheets from a CDN; the page template written here (``engram-viz``,
 based on ``lab``) drops every ``<link>`` to another host, so the page makes no request beyond the
-server that sent it. ``tests/test_browser.py`` checks that in Chromium.
+server that sent it. ``tests/acceptance/test_browser.py`` checks that in Chromium.
 
 **Access.** The server binds ``host`` (127.0.0.1 unless told otherwise) and, unless ``token=''``,
 requires a random token that is part of the URL it prints: a Voila page runs a kernel, so other
@@ -35,6 +35,12 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from engram_viz import settings
+from engram_viz.apps.widget import app as make_app
+from engram_viz.apps.widget import pipeline_from_env
+from engram_viz.config import load_config
+from engram_viz.viz.comparison_html import message_html
 
 DEFAULT_PORT = 8866
 DEFAULT_HOST = "127.0.0.1"
@@ -76,13 +82,10 @@ def build_widget(checkpoint: str | None = None, **kwargs: Any) -> Any:
     loaded, an HTML widget that says why (a page with a readable message, not a traceback)."""
     import ipywidgets as W
 
-    from engram_viz.apps.widgets import app as make_app
-    from engram_viz.apps.widgets import message_html, pipeline_from_env
-
     try:
         return make_app(pipeline=pipeline_from_env(checkpoint), **kwargs).widget
     except Exception as err:  # noqa: BLE001 - shown on the page
-        source = checkpoint or os.environ.get("ENGRAM_VIZ_CHECKPOINT") or "the embedded default weights"
+        source = checkpoint or settings.checkpoint() or "the embedded default weights"
         return W.HTML(message_html(f"could not load the model from {source}: {err}", title="engram-viz"))
 
 
@@ -137,8 +140,6 @@ def _check_checkpoint(checkpoint: str | os.PathLike | None) -> str | None:
     path = Path(checkpoint).expanduser()
     if not path.exists():
         raise FileNotFoundError(f"--checkpoint {checkpoint}: no such file or folder; expected a checkpoint folder")
-    from engram_viz.config import load_config
-
     try:
         load_config(str(path))
     except Exception as err:  # noqa: BLE001 - re-raised with the input named

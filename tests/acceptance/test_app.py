@@ -1,5 +1,5 @@
 """``engram-viz app`` without a browser: its files, its page template, its errors, and the widget
-behaviour the page relies on. The page itself is tested in Chromium by ``tests/test_browser.py``."""
+behaviour the page relies on. The page itself is tested in Chromium by ``tests/acceptance/test_browser.py``."""
 
 from __future__ import annotations
 
@@ -113,23 +113,23 @@ def test_build_widget_says_why_a_model_does_not_load(tmp_path):
 
 
 def test_image_target_dropdown_always_has_a_slot():
-    from engram_viz.apps.widgets import PromptComparison
+    from engram_viz.apps.widget import PromptComparison
 
     cmp = PromptComparison()
-    assert cmp._image_target_w.value == "A"  # the page's 'insert image' button uses it as is
+    assert cmp.controls.image_target.value == "A"  # the page's 'insert image' button uses it as is
     cmp.add_prompt("third")
-    cmp._image_target_w.value = "C"
+    cmp.controls.image_target.value = "C"
     cmp.set_prompts("one", "two")
-    assert cmp._image_target_w.value == "A"
+    assert cmp.controls.image_target.value == "A"
 
 
 def test_a_lone_surrogate_from_the_browser_shows_a_message_and_can_go_back():
     """A browser can send a lone surrogate; the kernel cannot send it back as UTF-8 JSON. The box
     does not echo it, shows U+FFFD, and prompt A's panel says what is wrong."""
-    from engram_viz.apps.widgets import PromptComparison
+    from engram_viz.apps.widget import PromptComparison
 
     cmp = PromptComparison()
-    box = cmp._boxes[0]
+    box = cmp.controls.boxes[0]
     assert box.trait_metadata("value", "echo_update") is False
     box.value = "broken paste \ud800 here"  # as a comm update from the front end sets it
     assert "U+D800" in cmp.messages["A"] and "not valid UTF-8" in cmp.messages["A"]

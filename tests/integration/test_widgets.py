@@ -8,13 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engram_viz.apps.widgets import (
-    PromptComparison,
-    PromptInputError,
-    align_tokens,
-    check_prompt_text,
-    pipeline_from_env,
-)
+from engram_viz.analysis.comparison import align_tokens
+from engram_viz.apps.widget import PromptComparison, pipeline_from_env
+from engram_viz.run.prompt_text import PromptInputError, check_prompt_text
 from engram_viz.viz.export import check_offline_html
 
 A = "Only Alexander the Great could tame the horse Bucephalus."
@@ -95,7 +91,7 @@ def test_default_state_shows_both_prompts_and_the_difference(cmp, pipe):
 
 
 def test_gates_match_a_direct_pipeline_run(cmp, pipe):
-    direct = pipe.run([A, B], exposure=False)
+    direct = pipe.run([A, B])
     for k, slot in enumerate("AB"):
         n = int(direct.lengths[k])
         # equal up to float rounding: the widget may run its forward on another number of threads
@@ -226,14 +222,14 @@ def test_too_many_tokens_is_a_message(pipe):
 
 def test_typing_in_a_box_updates_live(cmp):
     n = cmp.n_updates
-    cmp._boxes[1].value = "Only Alexander the Great could ride the horse Bucephalus."
+    cmp.controls.boxes[1].value = "Only Alexander the Great could ride the horse Bucephalus."
     assert cmp.n_updates == n + 1
     assert cmp.prompts[1].endswith("ride the horse Bucephalus.")
     assert "ride" in cmp.panels["B"]
     # editing a box that was set from bytes checks the new text, not the old bytes
     cmp.set_prompts(A, b"caf\xe9")
     assert cmp.messages["B"] is not None
-    cmp._boxes[1].value = "cafe"
+    cmp.controls.boxes[1].value = "cafe"
     assert cmp.messages["B"] is None
 
 
@@ -249,7 +245,7 @@ def test_insert_image_adds_a_span_with_shut_gates(cmp, pipe):
     before = cmp.prompts
     assert cmp.insert_image("A", "50x50") is None  # over the limit: nothing inserted
     assert cmp.prompts == before
-    assert "2500 image tokens" in cmp._image_info_w.value
+    assert "2500 image tokens" in cmp.controls.image_info.value
     with pytest.raises(ValueError, match="slot"):
         cmp.insert_image("Z", "4x3")
 
