@@ -16,6 +16,7 @@ import pytest
 from matplotlib.artist import Artist
 
 from engram_viz._files import atomic_writer
+from engram_viz.errors import EngramVizError
 from engram_viz.viz import (
     THEMES,
     cjk_font,
@@ -234,6 +235,11 @@ def test_failed_kaleido_render_writes_nothing(gates, tmp_path, monkeypatch):
     with pytest.raises(export.ExportError, match="renderer died"):
         export_all(fig, tmp_path / "f", ["html", "png"])
     assert list(tmp_path.iterdir()) == []
+
+
+def test_export_errors_are_engram_viz_errors():
+    for cls in (export.ExportError, BrowserNotFoundError):
+        assert issubclass(cls, EngramVizError) and issubclass(cls, RuntimeError)
 
 
 def test_html_that_loads_from_the_network_is_refused(tmp_path):

@@ -18,6 +18,7 @@ from matplotlib.image import AxesImage
 from engram_viz.config import load_config
 from engram_viz.core.hashing import hash_prompt
 from engram_viz.core.layout import EngramLayout
+from engram_viz.errors import EngramVizError
 from engram_viz.viz import (
     THEMES,
     CJKFontMissingError,
@@ -307,6 +308,25 @@ def test_accumulator_frames_are_accepted(tokenizer):
     assert row_rank_frequency(usage.rank_frequency()).axes[0].lines
     assert row_rank_frequency(usage).axes[0].lines
     assert touched_rows_map(usage, "tiny", layer=1, bins=32).axes
+
+
+def test_plots_draw_into_given_axes_and_return_them(gates, tables):
+    usage, coverage, collisions = tables
+    ax = Figure().add_subplot()
+    assert gate_heatmap(gates, "zh-zhang", layer=1, ax=ax) is ax
+    assert any(isinstance(a, AxesImage) for a in ax.get_children())
+    pair = Figure().subplots(2, 1)
+    assert collisions_vs_expected(collisions, ax=pair) is pair
+    assert [len(a.patches) for a in pair] == [24, 24]
+    assert coverage_per_column(coverage, layer=3, ax=ax) is ax and len(ax.patches) == 24
+    one = Figure().add_subplot()
+    assert row_rank_frequency(usage, layer=1, ax=one) is one and one.lines
+    with pytest.raises(ValueError, match="2 matplotlib Axes"):
+        gate_distributions(gates, ax=one)
+
+
+def test_cjk_font_missing_is_an_engram_viz_error():
+    assert issubclass(CJKFontMissingError, EngramVizError) and issubclass(CJKFontMissingError, RuntimeError)
 
 
 def test_row_rank_frequency_is_sorted_hits(tables):
