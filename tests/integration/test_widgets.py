@@ -8,9 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engram_viz.analysis.comparison import align_tokens
 from engram_viz.apps.widget import PromptComparison, pipeline_from_env
-from engram_viz.run.prompt_text import PromptInputError, check_prompt_text
 from engram_viz.viz.export import check_offline_html
 
 A = "Only Alexander the Great could tame the horse Bucephalus."
@@ -30,49 +28,6 @@ def cmp(pipe):
 def _first_diff(a: np.ndarray, b: np.ndarray) -> int:
     n = min(len(a), len(b))
     return next((i for i in range(n) if a[i] != b[i]), n)
-
-
-# --------------------------------------------------------------------------------- pure helpers
-
-
-def test_align_tokens_pairs_equal_replaced_inserted_and_deleted():
-    assert align_tokens([1, 2, 3], [1, 2, 3]) == [(0, 0, "equal"), (1, 1, "equal"), (2, 2, "equal")]
-    assert align_tokens([1, 2, 3], [1, 9, 3]) == [(0, 0, "equal"), (1, 1, "replace"), (2, 2, "equal")]
-    assert align_tokens([1, 3], [1, 2, 3]) == [(0, 0, "equal"), (None, 1, "insert"), (1, 2, "equal")]
-    assert align_tokens([1, 2, 3], [1, 3]) == [(0, 0, "equal"), (1, None, "delete"), (2, 1, "equal")]
-    # a replaced block pairs position by position up to the shorter side
-    assert align_tokens([1, 5, 6, 3], [1, 7, 3]) == [
-        (0, 0, "equal"),
-        (1, 1, "replace"),
-        (2, None, "delete"),
-        (3, 2, "equal"),
-    ]
-    assert align_tokens([], [4]) == [(None, 0, "insert")]
-
-
-@pytest.mark.parametrize(
-    ("bad", "says"),
-    [
-        ("", "empty"),
-        ("   \n\t", "empty"),
-        ("x" * 100_000, "100,000 characters"),
-        ("ab\ud800cd", "U+D800"),
-        (b"\xff\xfeab", "not valid UTF-8"),
-        (12, "must be text"),
-    ],
-)
-def test_check_prompt_text_names_the_problem(bad, says):
-    with pytest.raises(PromptInputError, match="prompt X") as info:
-        check_prompt_text(bad, name="prompt X")
-    assert says in str(info.value)
-
-
-def test_check_prompt_text_accepts_text_and_utf8_bytes():
-    assert check_prompt_text("万里长城") == "万里长城"
-    assert check_prompt_text("万里长城".encode()) == "万里长城"
-
-
-# ----------------------------------------------------------------------------------- the app
 
 
 def test_default_state_shows_both_prompts_and_the_difference(cmp, pipe):
