@@ -146,12 +146,8 @@ def cmd_app(args: argparse.Namespace) -> None:
     serve(args.checkpoint, port=args.port, host=args.host)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="engram-viz", description="Look inside the Engram memory of DeepSeek-V4.1-Flash."
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def _add_foundation_commands(sub: argparse._SubParsersAction) -> None:
+    """layout, hash, params, inspect: the layout, the hash and the weights, no model run."""
     p = sub.add_parser("layout", help="multipliers, primes, offsets and rows per layer")
     _config_arg(p)
     p.add_argument("--json", action="store_true")
@@ -182,6 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_inspect)
 
+
+def _add_corpus_command(sub: argparse._SubParsersAction) -> None:
+    """corpus: row usage and collisions over text files."""
     p = sub.add_parser("corpus", help="row usage and hash collisions over text/JSONL files -> tidy tables")
     p.add_argument(
         "files",
@@ -208,6 +207,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--save-counts", action="store_true", help="also write ngram_counts.npz (for merging shards)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_corpus)
+
+
+def _add_job_commands(sub: argparse._SubParsersAction) -> None:
+    """report, train-tiny, app: the jobs that run a model."""
     p = sub.add_parser("report", help="the main job: run a prompt set -> tidy tables, figures, one offline HTML report")
     p.add_argument("--checkpoint", default=None, help="checkpoint folder (default: the embedded default weights)")
     p.add_argument("--prompts", default=None, help="prompt JSONL file (default: data/prompts/default.jsonl)")
@@ -238,6 +241,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8866, help="TCP port (default 8866; 0: any free port)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.set_defaults(func=cmd_app)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="engram-viz", description="Look inside the Engram memory of DeepSeek-V4.1-Flash."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    _add_foundation_commands(sub)
+    _add_corpus_command(sub)
+    _add_job_commands(sub)
     return parser
 
 
