@@ -7,6 +7,7 @@ import json
 import re
 import subprocess
 import sys
+import warnings
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pandas as pd
 import pytest
 
 from engram_viz._files import TABLE_FORMATS
+from engram_viz.apps.report import _missing_glyphs
 from engram_viz.cli import main
 from engram_viz.run.prompts import load_prompts
 from engram_viz.run.trace import Trace
@@ -121,10 +123,6 @@ def test_custom_prompts_and_errors(tmp_path, capsys):
 
 
 def test_missing_glyphs_are_named_once_and_other_warnings_pass_through():
-    import warnings
-
-    from engram_viz.apps.report import _missing_glyphs
-
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for _ in range(2):
