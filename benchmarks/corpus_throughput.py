@@ -41,8 +41,8 @@ from engram_viz.analysis.corpus_sources import default_corpus_files
 from engram_viz.analysis.counts import NgramCounts
 from engram_viz.analysis.documents import iter_documents
 from engram_viz.analysis.hashes import rows_from_windows
-from engram_viz.analysis.windows import DEAD, StreamWindows
 from engram_viz.analysis.usage import RowUsage
+from engram_viz.analysis.windows import DEAD, StreamWindows
 from engram_viz.config import load_config
 from engram_viz.core.layout import EngramLayout
 from engram_viz.core.tokenizer import BOS_ID, get_tokenizer

@@ -29,6 +29,7 @@ from engram_viz.analysis.selectivity import stream_selectivity
 from engram_viz.analysis.trace_ngrams import ngram_frequency
 from engram_viz.apps import notebook as nb
 from engram_viz.analysis.gate_summary import gate_overview
+from engram_viz.analysis.exposure import collision_exposure
 from engram_viz.run.prompts import load_prompts
 from engram_viz.viz import gate_distributions, gate_heatmap, token_text_figure, token_view
 
@@ -36,6 +37,7 @@ nb.setup()
 pipe = nb.load_pipeline()
 prompts = load_prompts()
 trace = pipe.run(prompts)
+trace.extras["exposure"] = collision_exposure(trace, pipe.config)
 gates = trace.to_frame("gates")
 nb.provenance(trace)
 

@@ -36,7 +36,7 @@ from engram_viz.apps import notebook as nb
 from engram_viz.config import load_config
 from engram_viz.core.layout import EngramLayout
 from engram_viz.core.tokenizer import get_tokenizer
-from engram_viz.run.pipeline import collision_exposure
+from engram_viz.analysis.exposure import collision_exposure
 from engram_viz.run.prompts import load_prompts
 from engram_viz.viz import collisions_vs_expected, exposure_beside_gates, heads_shared_vs_expected
 
@@ -114,7 +114,8 @@ collisions.examples(n_examples=2, ngrams_per_bucket=3, tokenizer=decoder).head(2
 
 # %%
 pipe = nb.load_pipeline()
-trace = pipe.run(load_prompts(), exposure=True)
+trace = pipe.run(load_prompts())
+trace.extras["exposure"] = collision_exposure(trace, pipe.config)
 display(nb.provenance(trace))
 gates = trace.to_frame("gates")
 for pid in ("en_alexander", "zh_great_wall"):

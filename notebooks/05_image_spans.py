@@ -28,6 +28,7 @@ from IPython.display import display
 
 from engram_viz.analysis.fresh_start import after_image_vs_fresh_start
 from engram_viz.analysis.trace_ngrams import ngram_windows_table
+from engram_viz.analysis.exposure import collision_exposure
 from engram_viz.apps import notebook as nb
 from engram_viz.viz import gate_heatmap, gate_heatmap_interactive, token_view
 
@@ -39,6 +40,7 @@ prompts = [
     {"id": "two_images", "category": "image", "text": "Before <image:3x2> between <image:640x480px> after."},
 ]
 trace = pipe.run(prompts)
+trace.extras["exposure"] = collision_exposure(trace, pipe.config)
 gates = trace.to_frame("gates")
 rows = trace.to_frame("rows")
 nb.provenance(trace)

@@ -37,7 +37,7 @@ from engram_viz.apps import notebook as nb
 from engram_viz.apps.widget import PromptComparison
 from engram_viz.config import load_config
 from engram_viz.core.layout import EngramLayout
-from engram_viz.run.pipeline import collision_exposure
+from engram_viz.analysis.exposure import collision_exposure
 from engram_viz.run.prompts import load_prompts
 from engram_viz.viz import (
     collisions_vs_expected,
