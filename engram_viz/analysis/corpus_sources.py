@@ -4,7 +4,8 @@ The King James Bible (``bible-kjv`` + ``bible-kjv-text``; the 1611 text is publi
 ``bible`` program that prints it is GPL-2+), one chapter per document, verse numbers dropped; and
 the Chinese Debian Reference (``debian-reference-zh-cn``, GPL-2+), one paragraph per document
 with hard line wraps joined. Together about 1.3M tokens. Both are written once into
-``settings.cache_dir()/corpus``.
+``settings.cache_dir()/corpus``, each with a sha256 sidecar (``engram_viz._cache``): a file that
+no longer matches it is rebuilt.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from engram_viz._files import atomic_write_text
+from engram_viz._cache import cached_path, is_verified
 from engram_viz.analysis.documents import CorpusError
 from engram_viz.settings import cache_dir
 
@@ -85,7 +86,7 @@ def default_corpus_files(refresh: bool = False) -> list[Path]:
     folder = cache_dir() / "corpus"
     kjv = folder / f"kjv-chapters-{_CORPUS_VERSION}.txt"
     zh = folder / f"debian-reference-zh-cn-{_CORPUS_VERSION}.txt"
-    if refresh or not kjv.is_file():
+    if refresh or not is_verified(kjv):
         bible = shutil.which("bible")
         if bible is None or not Path("/usr/lib/bible.data").exists():
             raise CorpusError(
@@ -101,16 +102,22 @@ def default_corpus_files(refresh: bool = False) -> list[Path]:
         text = kjv_chapters_text(printed)
         if len(text) < 1_000_000:
             raise CorpusError(f"`bible` printed only {len(text)} characters of the KJV; is bible-kjv-text complete?")
-        atomic_write_text(kjv, text)
-    if refresh or not zh.is_file():
+        _write_cached(kjv, text)
+    if refresh or not is_verified(zh):
         if not ZH_REFERENCE.is_file():
             raise CorpusError(
                 f"the default corpus needs {ZH_REFERENCE}: apt-get install debian-reference-zh-cn "
                 "(or run .ci/system-deps.sh), or give corpus files explicitly"
             )
         with gzip.open(ZH_REFERENCE, "rt", encoding="utf-8", errors="replace") as fh:
-            atomic_write_text(zh, unwrap_paragraphs(fh.read()))
+            _write_cached(zh, unwrap_paragraphs(fh.read()))
     return [kjv, zh]
+
+
+def _write_cached(path: Path, text: str) -> None:
+    """A corpus file and its sha256 sidecar (an edited file is rebuilt at the next call)."""
+    with cached_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
 
 
 def default_corpus_sources() -> list[dict]:

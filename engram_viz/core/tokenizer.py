@@ -3,7 +3,9 @@
 The map sends each of the 129,280 raw ids to one of 99,092 compressed ids: ids whose decoded
 text normalises to the same key (case, accents, whitespace runs) share one compressed id, so
 ``The``, `` the`` and ``THE`` hash alike. The map depends on the Unicode tables of the
-``tokenizers`` build, so it is built once, cached on disk and its size checked at every load.
+``tokenizers`` build, so it is built once and cached on disk with a sha256 sidecar
+(``engram_viz._cache``); at every load the checksum, size and id order are checked and a
+mismatching entry is rebuilt.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import numpy as np
 import tokenizers
 from tokenizers import Regex, Tokenizer, normalizers
 
-from engram_viz._files import atomic_path
+from engram_viz._cache import cached_path, is_verified
 from engram_viz.config import EngramConfig, load_config
 from engram_viz.errors import EngramVizError
 from engram_viz.settings import cache_dir
@@ -76,13 +78,17 @@ def build_token_map(tokenizer: Tokenizer) -> np.ndarray:
 
 
 def _atomic_save(path: Path, array: np.ndarray) -> None:
-    with atomic_path(path, suffix=".tmp.npy") as tmp:
+    """Write the map and its checksum sidecar (``_cache.cached_path``)."""
+    with cached_path(path, suffix=".tmp.npy") as tmp:
         np.save(tmp, array)
 
 
 def _read_cached_map(path: Path, vocab_size: int) -> np.ndarray | None:
-    """A cached map, or None when it is absent, unreadable, or not a map of ``vocab_size`` raw ids with
-    compressed ids handed out 0, 1, 2, ... in order of first appearance."""
+    """A cached map, or None when it is absent, unreadable, differs from the sha256 its sidecar
+    records (edited or damaged), or is not a map of ``vocab_size`` raw ids with compressed ids
+    handed out 0, 1, 2, ... in order of first appearance."""
+    if not is_verified(path):
+        return None
     try:
         token_map = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError):
@@ -112,7 +118,10 @@ class EngramTokenizer:
             if not path.is_file():
                 raise FileNotFoundError(f"tokenizer source {source} has no tokenizer.json")
         self.path = path
-        self.backend = Tokenizer.from_file(str(path))
+        try:
+            self.backend = Tokenizer.from_file(str(path))
+        except Exception as err:  # noqa: BLE001 - the tokenizers binding raises a bare Exception on a garbage file
+            raise TokenMapError(f"tokenizer file {path} cannot be read as a tokenizer.json: {err}") from None
         n = self.backend.get_vocab_size(with_added_tokens=True)
         if n != self.config.vocab_size:
             raise TokenMapError(

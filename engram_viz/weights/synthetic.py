@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from engram_viz._files import atomic_path
+from engram_viz._cache import cached_path, is_verified
 from engram_viz.config import CONFIG_DIR, FP8_BLOCK_SIZE, PRESETS, EngramConfig, load_config
 from engram_viz.core import fp8
 from engram_viz.core.schema import EMBED_NAME, engram_names, expected_tensors, is_table_name, wkv_shape
@@ -319,7 +319,7 @@ def _cached_wkv(cfg: EngramConfig, seed: int, layer_id: int, cache: Path) -> tup
     """``_synthetic_wkv``, kept in a safetensors file in the cache after the first build (atomic write)."""
     names = engram_names(layer_id)
     path = cache / f"{_config_slug(cfg)}-seed{seed}-v{SYNTHETIC_FORMAT}-wkv-L{layer_id}.safetensors"
-    if path.is_file():
+    if is_verified(path):  # the sha256 sidecar matches: not edited or damaged since it was written
         try:
             header = read_safetensors_header(path)
             w = read_tensor(header.tensors[names["wkv_weight"]])
@@ -330,6 +330,6 @@ def _cached_wkv(cfg: EngramConfig, seed: int, layer_id: int, cache: Path) -> tup
         except (CheckpointError, KeyError):
             pass
     w, s = _synthetic_wkv(cfg, seed, layer_id)
-    with atomic_path(path, suffix=".partial") as tmp:
+    with cached_path(path, suffix=".partial") as tmp:
         _save({names["wkv_weight"]: w, names["wkv_scale"]: s}, tmp, {"engram_viz_synthetic": "true"})
     return w, s

@@ -283,3 +283,45 @@ def test_checkpoint_folder_source(tmp_path, tokenizer):
 def test_missing_tokenizer_source(fresh_cache, tmp_path):
     with pytest.raises(FileNotFoundError, match=r"has no tokenizer.json"):
         EngramTokenizer("tiny", source=tmp_path)
+
+
+def _tampered(token_map: np.ndarray) -> np.ndarray:
+    """The map with one raw id moved to another compressed class: still int64, the same size, ids
+    still handed out in order of first appearance - every structural check passes."""
+    first = np.zeros(len(token_map), dtype=bool)
+    first[np.unique(token_map, return_index=True)[1]] = True
+    i = int(np.flatnonzero(~first & (token_map != 0))[0])  # not the first of its class
+    out = token_map.copy()
+    out[i] = 0
+    return out
+
+
+def test_a_tampered_cached_map_is_rebuilt(fresh_cache):
+    folder, builds = fresh_cache
+    EngramTokenizer("v41-flash")
+    (path,) = cached_files(folder)
+    assert (folder / (path.name + ".sha256")).is_file()  # the checksum sidecar
+    np.save(path, _tampered(np.load(path)))  # same size, same order rule: only the checksum tells
+    tok = EngramTokenizer("tiny")
+    assert len(builds) == 2
+    assert map_checksum(tok.token_map) == TOKEN_MAP_SHA256
+    assert map_checksum(np.load(path)) == TOKEN_MAP_SHA256
+
+
+def test_a_cached_map_without_its_checksum_is_rebuilt(fresh_cache):
+    folder, builds = fresh_cache
+    EngramTokenizer("v41-flash")
+    (path,) = cached_files(folder)
+    (folder / (path.name + ".sha256")).unlink()  # a write interrupted between the map and its checksum
+    EngramTokenizer("tiny")
+    assert len(builds) == 2 and (folder / (path.name + ".sha256")).is_file()
+
+
+@pytest.mark.parametrize(
+    "content", [b"{not json", b"\xff\xfe\x00garbage", b'{"model": 3}'], ids=["json", "bytes", "shape"]
+)
+def test_a_garbage_tokenizer_file_is_refused_by_name(fresh_cache, tmp_path, content):
+    path = tmp_path / "tokenizer.json"
+    path.write_bytes(content)
+    with pytest.raises(TokenMapError, match=rf"tokenizer file {path} cannot be read as a tokenizer.json"):
+        EngramTokenizer("tiny", source=path)
