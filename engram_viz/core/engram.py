@@ -173,12 +173,19 @@ class WkvLinear(nn.Module):
             raise ValueError(f"wkv mode {mode!r} unknown; expected one of {WKV_MODES}")
         self._mode = mode
 
+    def inputs(self, a: torch.Tensor) -> torch.Tensor:
+        """The activations the GEMM multiplies, float32 ``[..., K]``: e4m3-rounded per 32 values in
+        ``fp8`` mode (``fp8.fp8_activations``), ``a`` itself otherwise. Every 32-block lies inside one
+        row (``head_dim`` is a multiple of 32), so each row's activations depend on that row alone."""
+        return fp8.fp8_activations(a) if self._mode == "fp8" else a.float()
+
+    @property
+    def out_dtype(self) -> torch.dtype:
+        """What the float32 GEMM output is rounded to: bf16, except in ``float32`` mode."""
+        return torch.float32 if self._mode == "float32" else torch.bfloat16
+
     def forward(self, a: torch.Tensor) -> torch.Tensor:
-        if self._mode == "fp8":
-            return fp8.linear_fp8_activations(a, self.weight)
-        if self._mode == "bf16":
-            return F.linear(a.float(), self.weight).to(torch.bfloat16)
-        return F.linear(a.float(), self.weight)
+        return F.linear(self.inputs(a), self.weight).to(self.out_dtype)
 
     def extra_repr(self) -> str:
         return f"in={self.weight.shape[1]}, out={self.weight.shape[0]}, mode={self._mode!r}"

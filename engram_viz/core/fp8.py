@@ -88,12 +88,17 @@ def quantize_matrix(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return q, scale.to(torch.float8_e8m0fnu)
 
 
+def fp8_activations(x: torch.Tensor) -> torch.Tensor:
+    """The activations the emulated fp8 GEMM multiplies: ``x [..., K]`` quantised per 32 values
+    with power-of-two scales and dequantised, float32 ``[..., K]``."""
+    return dequantize_blockwise(*quantize_blockwise(x))
+
+
 def linear_fp8_activations(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """The reference fp8 GEMM, emulated, on an already dequantised float32 weight ``[N, K]``:
     activations quantised per 32 values with power-of-two scales and dequantised, fp32
     accumulation, bf16 out. ``x [..., K]`` -> ``[..., N]``."""
-    xq, xs = quantize_blockwise(x)
-    return F.linear(dequantize_blockwise(xq, xs), weight).to(torch.bfloat16)
+    return F.linear(fp8_activations(x), weight).to(torch.bfloat16)
 
 
 def fp8_linear(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor) -> torch.Tensor:
