@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -25,6 +26,7 @@ from torch import nn
 from engram_viz.config import IMAGE, IMAGE_END, IMAGE_NEWLINE, IMAGE_START, TEXT, EngramConfig, load_config
 from engram_viz.core import fp8
 from engram_viz.core.hashing import NgramHasher
+from engram_viz.core.layout import EngramLayout
 from engram_viz.core.tokenizer import get_tokenizer
 
 world_size = 1
@@ -115,7 +117,8 @@ class Engram(nn.Module):
 
 
 class Block(nn.Module):
-    """Stand-in for a transformer block: a fixed mix that changes the streams (no attention)."""
+    """Stand-in for a transformer block: a fixed causal mix that changes the streams (a running mean
+    over earlier positions stands in for attention, so a text position reads what came before it)."""
 
     def __init__(self, layer_id: int, config: EngramConfig):
         super().__init__()
@@ -123,7 +126,43 @@ class Block(nn.Module):
         self.mix = nn.Parameter(torch.randn(config.dim, config.dim) * config.dim**-0.5, requires_grad=False)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return (h.float() + torch.tanh(h.float().mean(2, keepdim=True) @ self.mix)).to(h.dtype)
+        m = h.float().mean(2, keepdim=True)  # [B, T, 1, dim]
+        past = m.cumsum(1) / torch.arange(1, m.shape[1] + 1, dtype=m.dtype).view(1, -1, 1, 1)
+        return (h.float() + torch.tanh(past @ self.mix)).to(h.dtype)
+
+
+@dataclass(frozen=True)
+class ReferenceLayout:
+    """The reference's ``EngramLayout`` fields, exposed on the Transformer as ``engram_layout``."""
+
+    max_ngram_size: int
+    layer_ids: tuple[int, ...]
+    num_embeddings: tuple[int, ...]
+    primes: tuple[tuple[tuple[int, ...], ...], ...]
+    n_heads: int
+    head_dim: int
+
+    @classmethod
+    def from_config(cls, config: EngramConfig) -> ReferenceLayout:
+        primes = tuple(tuple(tuple(int(p) for p in o) for o in li) for li in EngramLayout(config).primes)
+        return cls(
+            config.engram_max_ngram_size,
+            tuple(config.engram_layer_ids),
+            tuple(config.engram_num_embeddings),
+            primes,
+            config.engram_n_heads,
+            config.engram_head_dim,
+        )
+
+
+@dataclass
+class ImageInput:
+    """One image of one prompt, as the reference hands it to ``merge_image_embeddings``: where its
+    span starts, the span's token types, and (standing in for ViT + aligner) its features [n_image, dim]."""
+
+    start: int
+    types: torch.Tensor
+    features: torch.Tensor
 
 
 class Transformer(nn.Module):
@@ -135,6 +174,18 @@ class Transformer(nn.Module):
         self.embed = nn.Embedding(config.vocab_size, config.dim, dtype=torch.bfloat16)
         self.layers = nn.ModuleList(Block(i, config) for i in range(config.n_layers))
         self.engram_hash = NgramHasher(config, token_map, max_batch=max_batch, max_seq_len=max_seq_len)
+        self.engram_layout = ReferenceLayout.from_config(config)
+        g = torch.Generator().manual_seed(7)  # learned span delimiters in the reference; fixed here
+        self.register_buffer("image_delims", torch.randn(3, config.dim, generator=g), persistent=False)
+
+    def merge_image_embeddings(self, images, h: torch.Tensor) -> None:
+        """As the reference: IMAGE slots take the features in order, delimiters their embeddings."""
+        for i, sample in enumerate(images):
+            for img in sample or ():
+                span = h[i, img.start : img.start + img.types.numel()]
+                for k, kind in enumerate((IMAGE_START, IMAGE_END, IMAGE_NEWLINE)):
+                    span[img.types == kind] = self.image_delims[k].to(h.dtype)
+                span[img.types == IMAGE] = img.features.to(h.dtype)
 
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, start_pos: int = 0, images=None, token_types=None) -> torch.Tensor:
@@ -142,6 +193,9 @@ class Transformer(nn.Module):
         engram_mask = None if image_mask is None else ~image_mask
         engram_hashes = self.engram_hash(input_ids, start_pos, engram_mask)
         h = self.embed(input_ids)
+        if images is not None:
+            assert start_pos == 0, "image spans must be prefilled in a single chunk"
+            self.merge_image_embeddings(images, h)
         h = h.unsqueeze(2).repeat(1, 1, self.hc_mult, 1)
         for layer in self.layers:
             if layer.engram is not None:
@@ -202,6 +256,18 @@ def example_batch(config: EngramConfig | str = "tiny") -> tuple[torch.Tensor, to
     ids = torch.tensor([a + [pad] * (t - len(a)), b_ids + [pad] * (t - len(b_ids))])
     types = torch.tensor([[TEXT] * t, b_types + [TEXT] * (t - len(b_types))])
     return ids, types
+
+
+def example_images(config: EngramConfig | str = "tiny", seed: int = 3) -> list[list[ImageInput]]:
+    """Image features for ``example_batch``'s second prompt (its 2 x 2 span), none for the first."""
+    config = load_config(config)
+    _, types = example_batch(config)
+    span = torch.nonzero(types[1] >= 0).flatten()
+    start, n = int(span[0]), len(span)
+    span_types = types[1, start : start + n].clone()
+    g = torch.Generator().manual_seed(seed)
+    features = torch.randn(int((span_types == IMAGE).sum()), config.dim, generator=g)
+    return [[], [ImageInput(start, span_types, features)]]
 
 
 def main(out_dir: str) -> None:

@@ -10,10 +10,12 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from reference_model import build, example_batch, full_weights
+from reference_model import ReferenceLayout, build, example_batch, example_images, full_weights
 from torch import nn
 
+from engram_viz.config import EngramConfig, load_config
 from engram_viz.core.engram import Engram
+from engram_viz.core.layout import EngramLayout
 from engram_viz.run.attach import AttachError, attach, find_engram_modules
 from engram_viz.run.capture import HookRegistry, force_gate
 from engram_viz.run.trace import Trace
@@ -181,3 +183,142 @@ def test_torchrun_world_size_2_captures_on_rank_0(tmp_path, model, batch, attach
         assert torch.equal(dist_trace.tensors[name], single.tensors[name]), name
     edited = Trace.load(tmp_path / "edited")
     assert (edited.tensors["engram.L3.gate"] == 0).all()
+
+
+# -- image prompts: images reach the model, and the label says when they did not ---------------------
+
+
+def _layer1_input(model, ids, types, images):
+    """The streams the model itself hands Engram layer 1 (a forward pre-hook)."""
+    seen = {}
+    handle = find_engram_modules(model)[1][1].register_forward_pre_hook(lambda m, a: seen.setdefault("x", a[0]))
+    try:
+        model(ids, images=images, token_types=types)
+    finally:
+        handle.remove()
+    return seen["x"]
+
+
+def test_run_passes_images_to_the_model(model, batch):
+    ids, types = batch
+    images = example_images("tiny")
+    with attach(model, "tiny") as att:
+        with_images = att.run(ids, types, images=images, names=["engram.L1.out"])
+        without = att.run(ids, types, names=["engram.L1.out"])
+        _, cache = att.run_with_cache(ids, images=images, token_types=types, names=["engram.L1.gate"])
+    assert torch.equal(with_images.tensors["engram.L1.gate"], cache["engram.L1.gate"])
+    # image positions have a shut gate, so out == the streams read there: the merged image features
+    img = types >= 0
+    x = _layer1_input(model, ids, types, images)
+    assert torch.equal(with_images.tensors["engram.L1.out"][img], x[img])
+    assert not torch.equal(without.tensors["engram.L1.out"][img], x[img])
+    after = torch.zeros_like(types, dtype=torch.bool)
+    after[1, int(torch.nonzero(types[1] >= 0).max()) + 1 : int(with_images.lengths[1])] = True
+    g_img, g_none = with_images.tensors["engram.L3.gate"], without.tensors["engram.L3.gate"]
+    assert not torch.equal(g_img[after], g_none[after])  # text after the image reads other streams
+    assert torch.equal(g_img[0], g_none[0])  # the text-only prompt is untouched
+    assert "no image features" not in with_images.streams_label
+
+
+def test_label_says_plainly_when_image_spans_had_no_features(model, batch):
+    ids, types = batch
+    with attach(model, "tiny") as att:
+        without = att.run(ids, types, prompt_ids=["text", "pic"])
+        text_only = att.run(ids[:1], types[:1])
+    label = without.streams_label
+    assert "no image features were merged" in label and "'pic'" in label and "'text'" not in label
+    assert "no image features" not in text_only.streams_label
+
+
+def test_images_to_a_model_that_takes_none_is_a_clear_error(batch, tiny_config):
+    class NoImages(nn.Module):
+        def __init__(self):
+            super().__init__()
+            from capture_kit import make_engram
+
+            self.engram = make_engram(tiny_config, 1)
+
+        def forward(self, input_ids, token_types=None):
+            return input_ids
+
+    ids, types = batch
+    with attach(NoImages(), tiny_config) as att, pytest.raises(AttachError, match="takes no images"):
+        att.run(ids, types, images=example_images("tiny"))
+
+
+# -- layout: read from the model, checked against the hooked modules ---------------------------------
+
+
+def _other_layout_config() -> EngramConfig:
+    """tiny with 4 heads and n-grams up to 3: another Engram layout than any preset."""
+    base = {**load_config("tiny").to_dict(), "engram_n_heads": 4, "engram_max_ngram_size": 3}
+    base.pop("name")
+    rows = EngramLayout(EngramConfig(name="other", **base)).rows_per_layer
+    return EngramConfig(name="other", **{**base, "engram_num_embeddings": tuple(int(r) for r in rows)})
+
+
+def test_layout_is_read_from_the_model():
+    cfg = _other_layout_config()
+    model = build(cfg, seed=1)
+    ids, types = example_batch(cfg)
+    with attach(model) as att:
+        assert att.config.engram_n_heads == 4 and att.config.engram_max_ngram_size == 3
+        assert att.config.engram_num_embeddings == cfg.engram_num_embeddings
+        trace = att.run(ids, types)
+    rows = trace.to_frame("rows")
+    assert sorted(rows["order"].unique()) == [2, 3] and sorted(rows["head"].unique()) == [0, 1, 2, 3]
+    assert trace.meta["n_heads"] == 4
+
+
+def test_layout_of_a_preset_model_reads_as_the_preset(model):
+    with attach(model) as att:
+        assert att.config.name == "tiny"
+
+
+def test_layout_disagreeing_with_modules_or_config_is_an_error(tiny_config):
+    model = build("tiny", seed=0)
+    with pytest.raises(AttachError, match="config 'v41-flash'.*engram_layout"):
+        attach(model, "v41-flash")
+    cfg = _other_layout_config()
+    model.engram_layout = ReferenceLayout.from_config(cfg)  # layout of another model
+    with pytest.raises(AttachError, match="layers.1.engram.*num_embeddings"):
+        attach(model)
+    model.engram_layout = ReferenceLayout(4, (1, 2), tiny_config.engram_num_embeddings, ((), ()), 8, 32)
+    with pytest.raises(AttachError, match=r"layer_ids \(1, 2\).*hooked Engram modules .*\[1, 3\]"):
+        attach(model)
+    assert all("forward" not in m.__dict__ for _, m in find_engram_modules(model).values())
+
+
+def test_no_layout_and_no_config_is_a_clear_error():
+    foreign = nn.Module()
+    foreign.engram = build("tiny").layers[1].engram
+    with pytest.raises(AttachError, match="no engram_layout.*pass config="):
+        attach(foreign)
+
+
+# -- detach in any order -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("order", ["first-first", "last-first"])
+def test_two_attachments_detach_in_any_order(model, batch, order):
+    ids, types = batch
+    engrams = [m for _, m in find_engram_modules(model).values()]
+    before = model(ids, token_types=types)
+    a, b = attach(model, "tiny"), attach(model, "tiny")
+    ta, tb = a.run(ids, types), b.run(ids, types)
+    assert torch.equal(ta.gates, tb.gates)
+    first, second = (a, b) if order == "first-first" else (b, a)
+    first.detach()
+    still = second.run(ids, types)  # the other attachment keeps working
+    assert torch.equal(still.gates, ta.gates)
+    with pytest.raises(AttachError, match="detached"):
+        first.run(ids, types)
+    second.detach()
+    assert all("forward" not in m.__dict__ for m in engrams)
+    with pytest.raises(AttachError, match="detached"):
+        second.run(ids, types)
+    seen: list[str] = []
+    for reg in (a.registry, b.registry):  # hooks left on the old points see nothing: no wrapper runs them
+        for point in reg.points.values():
+            point.add_hook(lambda t, name: seen.append(name))
+    assert torch.equal(model(ids, token_types=types), before) and seen == []
