@@ -18,7 +18,9 @@ A Trace holds, for B prompts right-padded to T positions (``lengths`` says how m
 ``to_frame('gates')`` is one row per (prompt, position, layer, stream); ``to_frame('rows')`` one
 per (prompt, position, layer, order, head); padded positions never appear. ``save(dir)`` writes
 ``tensors.safetensors`` + ``trace.json`` (each atomically; the JSON records the tensor file's
-sha256) and ``Trace.load(dir)`` gives back an equal Trace, bit for bit.
+sha256 and the sha256 of its own content, so the whole trace is covered) and ``Trace.load(dir)``
+gives back an equal Trace, bit for bit, or a :class:`TraceError` naming the file that is missing,
+malformed or edited.
 """
 
 from __future__ import annotations
@@ -40,9 +42,10 @@ from engram_viz.core.hooks import HOOK_SITES, hook_name, parse_hook_name
 from engram_viz.errors import EngramVizError
 from engram_viz.run.trace_frames import TraceFrames
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: trace.json carries trace_sha256, the checksum of its own content
 IMAGE_PIECES = {IMAGE_START: "<img:start>", IMAGE: "<img>", IMAGE_NEWLINE: "<img:nl>", IMAGE_END: "<img:end>"}
 _TENSORS_FILE, _JSON_FILE = "tensors.safetensors", "trace.json"
+_DOC_SHA256 = "trace_sha256"
 _BASE_TENSORS = ("input_ids", "compressed_ids", "token_types", "lengths")
 
 
@@ -56,6 +59,69 @@ def _sha256(path: Path) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def _doc_sha256(doc: Mapping[str, Any]) -> str:
+    """sha256 of a trace.json document without its own ``trace_sha256`` entry, in a canonical form
+    (sorted keys, no spaces, ASCII escapes): the same document gives the same digest however it
+    was indented or ordered on disk."""
+    body = {k: v for k, v in doc.items() if k != _DOC_SHA256}
+    text = json.dumps(body, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def _is_str_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(x, str) for x in value)
+
+
+# field of trace.json -> (check, what it must be)
+_DOC_FIELDS: dict[str, tuple[Any, str]] = {
+    "tensors_sha256": (lambda v: isinstance(v, str), "a hex string"),
+    "layer_ids": (
+        lambda v: isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v),
+        "a list of integers",
+    ),
+    "prompt_ids": (_is_str_list, "a list of strings"),
+    "categories": (_is_str_list, "a list of strings"),
+    "texts": (_is_str_list, "a list of strings"),
+    "pieces": (lambda v: isinstance(v, list) and all(_is_str_list(p) for p in v), "a list of lists of strings"),
+    "model_label": (lambda v: isinstance(v, str), "a string"),
+    "streams_label": (lambda v: isinstance(v, str), "a string"),
+    "meta": (lambda v: isinstance(v, dict), "an object"),
+}
+
+
+def _read_doc(jpath: Path) -> dict[str, Any]:
+    """``trace.json`` parsed and checked: UTF-8 JSON, an engram-viz trace of a version this code
+    reads, every field of the right type, and content equal to its recorded ``trace_sha256``."""
+    try:
+        doc = json.loads(jpath.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise TraceError(
+            f"{jpath} is not UTF-8 text: byte {err.object[err.start]:#04x} at offset {err.start}"
+        ) from None
+    except (json.JSONDecodeError, RecursionError) as err:
+        raise TraceError(f"{jpath} is not valid JSON: {err}") from None
+    if not isinstance(doc, dict) or doc.get("format") != "engram-viz-trace":
+        got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
+        raise TraceError(f"{jpath} is not an engram-viz trace (format={got!r})")
+    version = doc.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version != FORMAT_VERSION:
+        raise TraceError(
+            f"{jpath} has trace format version {version!r}; this engram-viz reads version {FORMAT_VERSION} "
+            "(traces saved by other versions carry no checksum of their labels): run the prompts again"
+        )
+    for name, (ok, expected) in _DOC_FIELDS.items():
+        if name not in doc:
+            raise TraceError(f"{jpath} lacks the field {name!r}")
+        if not ok(doc[name]):
+            raise TraceError(f"{jpath}: field {name!r} must be {expected}, got {type(doc[name]).__name__}")
+    if doc.get(_DOC_SHA256) != _doc_sha256(doc):
+        raise TraceError(
+            f"{jpath} was edited after it was saved (its content differs from its {_DOC_SHA256}): labels such as "
+            "model_label or meta.synthetic can no longer be trusted; run the prompts again"
+        )
+    return doc
 
 
 @dataclass
@@ -99,8 +165,11 @@ class Trace(TraceFrames):
         for name, t in list(self.tensors.items()) + list(self.extras.items()):
             if tuple(t.shape[:2]) != bt:
                 raise TraceError(f"{name} has shape {list(t.shape)}; expected it to start with [B, T] = {list(bt)}")
+        if not self.layer_ids or len(set(self.layer_ids)) != len(self.layer_ids):
+            raise TraceError(f"layer_ids must list each Engram layer once, got {list(self.layer_ids)}")
         for name in self.tensors:
-            parse_hook_name(name)
+            if parse_hook_name(name)[0] not in self.layer_ids:
+                raise TraceError(f"{name} belongs to no layer of the trace (layer_ids {list(self.layer_ids)})")
         for layer in self.layer_ids:
             for kind in ("hash_ids", "gate"):
                 if hook_name(layer, kind) not in self.tensors:
@@ -226,7 +295,10 @@ class Trace(TraceFrames):
     # --- save / load -----------------------------------------------------------------------------
 
     def save(self, path: str | Path) -> Path:
-        """Write ``path/tensors.safetensors`` and ``path/trace.json`` (atomic each); returns ``path``."""
+        """Write ``path/tensors.safetensors`` and ``path/trace.json`` (atomic each); returns ``path``.
+
+        ``trace.json`` records the tensor file's sha256 and ``trace_sha256``, the sha256 of its own
+        content (:func:`_doc_sha256`), so an edit to either file fails ``load``."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         flat = {name: getattr(self, name) for name in _BASE_TENSORS}
@@ -249,49 +321,49 @@ class Trace(TraceFrames):
             "streams_label": self.streams_label,
             "meta": self.meta,
         }
+        doc[_DOC_SHA256] = _doc_sha256(doc)
         text = json.dumps(doc, ensure_ascii=False, indent=1)
         atomic_write_text(path / _JSON_FILE, text)
         return path
 
     @classmethod
     def load(cls, path: str | Path) -> Trace:
+        """The Trace saved in ``path``; a :class:`TraceError` naming the file when either file is
+        missing, malformed, edited since it was saved, or from another save."""
         path = Path(path)
         jpath, tpath = path / _JSON_FILE, path / _TENSORS_FILE
         for p in (jpath, tpath):
             if not p.is_file():
                 raise TraceError(f"{path} is not a saved Trace: {p.name} is missing")
-        try:
-            doc = json.loads(jpath.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as err:
-            raise TraceError(f"{jpath} is not valid JSON: {err}") from None
-        if doc.get("format") != "engram-viz-trace":
-            raise TraceError(f"{jpath} is not an engram-viz trace (format={doc.get('format')!r})")
-        if doc.get("version", 0) > FORMAT_VERSION:
-            raise TraceError(
-                f"{jpath} has trace format version {doc['version']}; this engram-viz reads <= {FORMAT_VERSION}"
-            )
-        if _sha256(tpath) != doc.get("tensors_sha256"):
+        doc = _read_doc(jpath)
+        if _sha256(tpath) != doc["tensors_sha256"]:
             raise TraceError(f"{tpath} does not match {jpath} (sha256 differs): the pair was not saved together")
-        flat = load_file(tpath)
+        try:
+            flat = load_file(tpath)
+        except Exception as err:  # noqa: BLE001 - safetensors raises its own SafetensorError and others
+            raise TraceError(f"{tpath} is not a readable safetensors file: {err}") from None
         missing = [k for k in _BASE_TENSORS if k not in flat]
         if missing:
             raise TraceError(f"{tpath} lacks the tensors {missing}")
-        return cls(
-            layer_ids=tuple(doc["layer_ids"]),
-            prompt_ids=list(doc["prompt_ids"]),
-            categories=list(doc["categories"]),
-            texts=list(doc["texts"]),
-            input_ids=flat["input_ids"],
-            compressed_ids=flat["compressed_ids"],
-            token_types=flat["token_types"],
-            lengths=flat["lengths"],
-            pieces=[list(p) for p in doc["pieces"]],
-            tensors={k.removeprefix("hook/"): v for k, v in flat.items() if k.startswith("hook/")},
-            extras={k.removeprefix("extra/"): v for k, v in flat.items() if k.startswith("extra/")},
-            model_label=doc["model_label"],
-            streams_label=doc["streams_label"],
-            meta=doc["meta"],
-        )
+        try:
+            return cls(
+                layer_ids=tuple(doc["layer_ids"]),
+                prompt_ids=list(doc["prompt_ids"]),
+                categories=list(doc["categories"]),
+                texts=list(doc["texts"]),
+                input_ids=flat["input_ids"],
+                compressed_ids=flat["compressed_ids"],
+                token_types=flat["token_types"],
+                lengths=flat["lengths"],
+                pieces=[list(p) for p in doc["pieces"]],
+                tensors={k.removeprefix("hook/"): v for k, v in flat.items() if k.startswith("hook/")},
+                extras={k.removeprefix("extra/"): v for k, v in flat.items() if k.startswith("extra/")},
+                model_label=doc["model_label"],
+                streams_label=doc["streams_label"],
+                meta=doc["meta"],
+            )
+        except (ValueError, TypeError, IndexError, RuntimeError) as err:  # TraceError is a ValueError
+            raise TraceError(f"{path} holds an inconsistent Trace: {err}") from None
 
     def equals(self, other: Trace) -> bool:
         """Field-by-field equality, tensors compared bit for bit (dtype and shape included)."""
