@@ -191,7 +191,7 @@ def test_torchrun_world_size_2_captures_on_rank_0(tmp_path, model, batch, attach
 def _layer1_input(model, ids, types, images):
     """The streams the model itself hands Engram layer 1 (a forward pre-hook)."""
     seen = {}
-    handle = find_engram_modules(model)[1][1].register_forward_pre_hook(lambda m, a: seen.setdefault("x", a[0]))
+    handle = find_engram_modules(model)[1][1].register_forward_pre_hook(lambda m, a: seen.update(x=a[0]))
     try:
         model(ids, images=images, token_types=types)
     finally:
