@@ -1,0 +1,201 @@
+"""Explain the gates of one prompt: run it through a Pipeline, attribute every Engram layer
+(:mod:`engram_viz.analysis.attribution`) and lay the result out as tidy frames with each row's
+owner and decoded n-gram.
+
+``explain(pipeline, "Alexander the Great", positions=[3])`` works for every checkpoint a Pipeline
+reads (the tiny LM with its own streams, synthetic or real Engram layers on embedding, captured or
+user streams): it reads the streams each Engram module was called with (a forward pre-hook) and
+the gathered rows (``engram.L{n}.rows``) during one ordinary ``Pipeline.run``, then re-runs only
+the gate arithmetic. Frames:
+
+- :meth:`Explanation.rows_frame`: one row per (position, layer, column, stream): prompt,
+  position, token, layer, order, head, column, row, ngram, stream, gate, dot, dot_share,
+  value_norm, value_proj, loo_gate (the gate with that row left out).
+- :meth:`Explanation.groups_frame`: one row per (position, layer, kind, group, stream), kind
+  ``order`` (group = n-gram order) or ``head``: dot_share, value_norm, value_proj, loo_gate and,
+  for orders, shapley.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from engram_viz.analysis.attribution import LayerAttribution, attribute_layer
+from engram_viz.analysis.decoder import NgramDecoder
+from engram_viz.analysis.trace_ngrams import trace_sequences
+from engram_viz.analysis.windows import sequence_windows, window_ngrams
+from engram_viz.core.layout import EngramLayout
+from engram_viz.errors import EngramVizError
+
+ROW_COLUMNS = (
+    "prompt", "position", "token", "layer", "order", "head", "column", "row", "ngram", "stream",
+    "gate", "dot", "dot_share", "value_norm", "value_proj", "loo_gate",
+)  # fmt: skip
+GROUP_COLUMNS = (
+    "prompt", "position", "token", "layer", "kind", "group", "stream",
+    "gate", "dot_share", "value_norm", "value_proj", "loo_gate", "shapley",
+)  # fmt: skip
+
+
+class AttributionError(EngramVizError, ValueError):
+    """A position or layer that the prompt or the model does not have."""
+
+
+@dataclass
+class Explanation:
+    """The attribution of some positions of one prompt: ``positions [P]`` (token indices),
+    ``pieces`` (every token's text), ``row_ids [P, n_layers, 24]``, ``ngrams[p][order]`` (decoded
+    text of the n-gram each column of that order hashes), ``layers`` (layer id ->
+    :class:`LayerAttribution` over the P positions)."""
+
+    prompt: str
+    text: str
+    model_label: str
+    positions: np.ndarray
+    pieces: list[str]
+    row_ids: np.ndarray
+    ngrams: list[dict[int, str]]
+    layers: dict[int, LayerAttribution]
+
+    def index(self, position: int) -> int:
+        """Where token ``position`` (negative counts from the end) sits among :attr:`positions`."""
+        p = position + len(self.pieces) if position < 0 else position
+        hits = np.flatnonzero(self.positions == p)
+        if not hits.size:
+            raise AttributionError(
+                f"position {position} was not explained; the prompt has positions 0..{len(self.pieces) - 1} "
+                f"and {len(self.positions)} of them were explained"
+            )
+        return int(hits[0])
+
+    def _selection(self, position: int | None, layer: int | None) -> tuple[list[int], list[int]]:
+        idx = list(range(len(self.positions))) if position is None else [self.index(position)]
+        if layer is not None and layer not in self.layers:
+            raise AttributionError(f"layer {layer} is not an Engram layer; expected one of {list(self.layers)}")
+        return idx, list(self.layers) if layer is None else [layer]
+
+    def rows_frame(self, position: int | None = None, layer: int | None = None) -> pd.DataFrame:
+        """The tidy per-row frame (:data:`ROW_COLUMNS`), optionally for one position / layer."""
+        idx, layers = self._selection(position, layer)
+        parts = []
+        for layer_id in layers:
+            a = self.layers[layer_id]
+            li = list(self.layers).index(layer_id)
+            n_cols, hc = a.dot_share.shape[1:]
+            shape = (len(idx), n_cols, hc)
+            pos = self.positions[idx]
+            cols = {
+                "position": np.broadcast_to(pos[:, None, None], shape),
+                "layer": np.full(shape, layer_id),
+                "order": np.broadcast_to(a.orders[None, :, None], shape),
+                "head": np.broadcast_to(a.heads[None, :, None], shape),
+                "column": np.broadcast_to(np.arange(n_cols)[None, :, None], shape),
+                "row": np.broadcast_to(self.row_ids[idx, li][:, :, None], shape),
+                "stream": np.broadcast_to(np.arange(hc)[None, None, :], shape),
+                "gate": a.gate[idx].unsqueeze(1).expand(shape).numpy(),
+                "dot": a.dot[idx].unsqueeze(1).expand(shape).numpy(),
+                "dot_share": a.dot_share[idx].numpy(),
+                "value_norm": a.value_norm[idx].unsqueeze(-1).expand(shape).numpy(),
+                "value_proj": a.value_proj[idx].unsqueeze(-1).expand(shape).numpy(),
+                "loo_gate": a.loo_row[idx].numpy(),
+            }
+            parts.append(pd.DataFrame({k: np.asarray(v).reshape(-1) for k, v in cols.items()}))
+        df = pd.concat(parts, ignore_index=True)
+        df["token"] = [self.pieces[p] for p in df["position"]]
+        df["ngram"] = [self.ngrams[self.index(p)][o] for p, o in zip(df["position"], df["order"])]
+        df["prompt"] = self.prompt
+        return df[list(ROW_COLUMNS)]
+
+    def groups_frame(self, position: int | None = None, layer: int | None = None) -> pd.DataFrame:
+        """The tidy per-order and per-head frame (:data:`GROUP_COLUMNS`)."""
+        idx, layers = self._selection(position, layer)
+        recs = []
+        for layer_id in layers:
+            a = self.layers[layer_id]
+            for kind, ids, loo, norm in (
+                ("order", a.order_ids, a.loo_order, a.order_value_norm),
+                ("head", a.head_ids, a.loo_head, a.head_value_norm),
+            ):
+                share, proj = a.group(a.dot_share, kind), a.group(a.value_proj, kind)
+                for i in idx:
+                    for g, group in enumerate(ids):
+                        for s in range(share.shape[-1]):
+                            recs.append(
+                                (self.prompt, int(self.positions[i]), self.pieces[self.positions[i]], layer_id, kind,
+                                 group, s, float(a.gate[i, s]), float(share[i, g, s]), float(norm[i, g]),
+                                 float(proj[i, g]), float(loo[i, g, s]),
+                                 float(a.shapley[i, g, s]) if kind == "order" else float("nan"))
+                            )  # fmt: skip
+        return pd.DataFrame(recs, columns=list(GROUP_COLUMNS))
+
+
+def _decoded_ngrams(trace: Any, decoder: NgramDecoder, positions: np.ndarray, max_ngram: int) -> list[dict[int, str]]:
+    """``{order: text}`` of the n-gram each position hashes, per explained position."""
+    c, text = trace_sequences(trace)[0]
+    windows, _ = sequence_windows(c, int(trace.meta["pad_compressed"]), max_ngram, text)
+    orders = range(2, max_ngram + 1)
+    grams = {o: window_ngrams(windows, o) for o in orders}
+    return [{o: decoder.text(grams[o][p]) for o in orders} for p in positions]
+
+
+def _run_capturing(pipeline: Any, prompt: Any) -> tuple[Any, dict[int, torch.Tensor]]:
+    """``Pipeline.run`` of one prompt with the rows captured and each Engram layer's input streams
+    read by a forward pre-hook: ``(trace, {layer: x [T, hc, dim]})``."""
+    xs: dict[int, torch.Tensor] = {}
+    handles = [
+        e.register_forward_pre_hook(lambda m, args, n=n: xs.__setitem__(n, args[0].detach().clone()))
+        for n, e in pipeline.engrams.items()
+    ]
+    try:
+        trace = pipeline.run([prompt], names=["engram.*.rows"])
+    finally:
+        for h in handles:
+            h.remove()
+    return trace, {n: x[0] for n, x in xs.items()}
+
+
+def explain(
+    pipeline: Any,
+    prompt: Any,
+    *,
+    positions: Sequence[int] | None = None,
+    layers: Sequence[int] | None = None,
+    decoder: NgramDecoder | None = None,
+) -> Explanation:
+    """Attribute the gates of one ``prompt`` (a string or a prompt dict) at ``positions`` (token
+    indices, negative from the end; default all) and ``layers`` (default all Engram layers)."""
+    trace, xs = _run_capturing(pipeline, prompt)
+    n = int(trace.lengths[0])
+    pos = np.arange(n) if positions is None else np.asarray([p + n if p < 0 else p for p in positions], np.int64)
+    bad = [p for p in pos.tolist() if not 0 <= p < n]
+    if bad:
+        raise AttributionError(f"position {bad[0]} is outside the prompt; it has {n} tokens (positions 0..{n - 1})")
+    layer_ids = list(pipeline.layer_ids) if layers is None else [int(x) for x in layers]
+    missing = [x for x in layer_ids if x not in pipeline.engrams]
+    if missing:
+        raise AttributionError(f"layer {missing[0]} is not an Engram layer; expected one of {list(pipeline.layer_ids)}")
+    rows, mask = trace.captured("rows"), trace.token_types[0, :n] < 0
+    layout = EngramLayout(pipeline.config)
+    sel = torch.from_numpy(pos)
+    attributions = {
+        layer: attribute_layer(pipeline.engrams[layer], xs[layer][sel], rows[layer][0, sel], mask[sel], layout)
+        for layer in layer_ids
+    }
+    decoder = decoder or NgramDecoder(pipeline.tokenizer)
+    li = [pipeline.layer_ids.index(x) for x in layer_ids]
+    return Explanation(
+        prompt=trace.prompt_ids[0],
+        text=trace.texts[0],
+        model_label=trace.model_label,
+        positions=pos,
+        pieces=list(trace.pieces[0]),
+        row_ids=trace.row_ids[0, pos][:, li].numpy(),
+        ngrams=_decoded_ngrams(trace, decoder, pos, pipeline.config.engram_max_ngram_size),
+        layers=attributions,
+    )
