@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from engram_viz.analysis.corpus import run_corpus
+from engram_viz.analysis.explain import explain
 from engram_viz.apps.app import serve
 from engram_viz.apps.report import summary_text, write_report
 from engram_viz.config import load_config
@@ -19,6 +20,7 @@ from engram_viz.core.hashing import hash_prompt
 from engram_viz.core.layout import EngramLayout
 from engram_viz.core.tokenizer import get_tokenizer
 from engram_viz.errors import EngramVizError
+from engram_viz.run.pipeline import Pipeline
 from engram_viz.tiny.train import TrainSettings, train_tiny
 from engram_viz.weights.inspect import format_inspect, inspect_checkpoint
 
@@ -146,6 +148,36 @@ def cmd_app(args: argparse.Namespace) -> None:
     serve(args.checkpoint, port=args.port, host=args.host)
 
 
+def cmd_explain(args: argparse.Namespace) -> None:
+    """The 24 rows of one position per layer: owner, decoded n-gram, shares and left-out gates."""
+    pipe = Pipeline(args.checkpoint, device=args.device, mode=args.mode)
+    layers = None if args.layer is None else [args.layer]
+    ex = explain(pipe, args.text, positions=[args.position], layers=layers)
+    summary = ex.position_summary(args.position)
+    table = ex.position_table(args.position, args.layer)
+    if args.json:
+        print(json.dumps({**summary, "rows": table.to_dict(orient="records")}))
+        return
+    print(f"position {summary['position']} {summary['token']!r} of {args.text!r}; weights: {summary['model']}")
+    for layer, s in summary["layers"].items():
+        print(f"layer {layer}: gate per stream " + " ".join(f"{g:.3f}" for g in s["gate"]))
+        for order, phi in s["shapley"].items():
+            print(f"  {order}-gram Shapley " + " ".join(f"{v:+.3f}" for v in phi))
+    print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+
+
+def _add_explain_command(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("explain", help="why a gate opened: the 24 rows of one position with shares and left-out gates")
+    p.add_argument("text", help="the prompt")
+    p.add_argument("--position", type=int, required=True, help="token index (0 is BOS; negative from the end)")
+    p.add_argument("--layer", type=int, default=None, help="one Engram layer (default: all)")
+    p.add_argument("--checkpoint", default=None, help="checkpoint folder (default: the embedded default weights)")
+    p.add_argument("--device", default="cpu", help="cuda or cpu (default: cpu)")
+    p.add_argument("--mode", default="fp8", choices=["fp8", "bf16"], help="wkv mode (default: fp8, the reference)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_explain)
+
+
 def _add_foundation_commands(sub: argparse._SubParsersAction) -> None:
     """layout, hash, params, inspect: the layout, the hash and the weights, no model run."""
     p = sub.add_parser("layout", help="multipliers, primes, offsets and rows per layer")
@@ -252,6 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_foundation_commands(sub)
     _add_corpus_command(sub)
     _add_job_commands(sub)
+    _add_explain_command(sub)
     return parser
 
 

@@ -112,6 +112,38 @@ class Explanation:
         df["prompt"] = self.prompt
         return df[list(ROW_COLUMNS)]
 
+    def position_table(self, position: int, layer: int | None = None) -> pd.DataFrame:
+        """One position's rows, streams side by side (what ``engram-viz explain`` prints): layer,
+        order, head, row, ngram, ``share_s{i}`` (share of stream i's dot), value_norm, value_proj,
+        ``loo_s{i}`` (stream i's gate with the row left out)."""
+        df = self.rows_frame(position, layer)
+        keys = ["layer", "order", "head", "row", "ngram", "value_norm", "value_proj"]
+        wide = df.pivot_table(index=["layer", "column"], columns="stream", values=["dot_share", "loo_gate"])
+        out = df.drop_duplicates(["layer", "column"]).set_index(["layer", "column"])[keys[1:]]
+        for (name, stream), col in wide.items():
+            out[f"{'share' if name == 'dot_share' else 'loo'}_s{stream}"] = col
+        return out.reset_index().drop(columns="column")
+
+    def position_summary(self, position: int) -> dict[str, Any]:
+        """Plain-JSON summary of one position: token, gates, dots, the rounding left over, per layer."""
+        i = self.index(position)
+        return {
+            "prompt": self.prompt,
+            "model": self.model_label,
+            "position": int(self.positions[i]),
+            "token": self.pieces[self.positions[i]],
+            "layers": {
+                str(layer): {
+                    "gate": a.gate[i].tolist(),
+                    "dot": a.dot[i].tolist(),
+                    "dot_rounding": a.dot_rounding[i].tolist(),
+                    "shapley": {str(o): a.shapley[i, k].tolist() for k, o in enumerate(a.order_ids)},
+                    "loo_order": {str(o): a.loo_order[i, k].tolist() for k, o in enumerate(a.order_ids)},
+                }
+                for layer, a in self.layers.items()
+            },
+        }
+
     def groups_frame(self, position: int | None = None, layer: int | None = None) -> pd.DataFrame:
         """The tidy per-order and per-head frame (:data:`GROUP_COLUMNS`)."""
         idx, layers = self._selection(position, layer)

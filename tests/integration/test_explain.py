@@ -5,11 +5,14 @@ zeroed through the Pipeline's ``rows`` hook, frames carry owners and decoded n-g
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
 
 from engram_viz.analysis.explain import ROW_COLUMNS, AttributionError, explain
+from engram_viz.cli import main
 from engram_viz.core.layout import EngramLayout
 from engram_viz.errors import EngramVizError
 from engram_viz.run.pipeline import Pipeline
@@ -92,3 +95,17 @@ def test_selection_and_errors(pipe):
         explain(pipe, TEXT, layers=[2])
     with pytest.raises(AttributionError, match="was not explained"):
         part.rows_frame(position=5)
+
+
+def test_cli_explain(capsys):
+    assert main(["explain", TEXT, "--position", "-2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    pipe = Pipeline(device="cpu")
+    assert len(out["rows"]) == pipe.config.n_hash_cols * len(pipe.layer_ids)
+    assert {"layer", "order", "head", "row", "ngram", "share_s0", "loo_s0"} <= set(out["rows"][0])
+    assert set(out["layers"]) == {str(x) for x in pipe.layer_ids}
+    assert main(["explain", TEXT, "--position", "3", "--layer", str(pipe.layer_ids[0])]) == 0
+    text = capsys.readouterr().out
+    assert "Shapley" in text and text.count("\n") >= pipe.config.n_hash_cols
+    assert main(["explain", TEXT, "--position", "99"]) == 2
+    assert "outside the prompt" in capsys.readouterr().err
