@@ -1,0 +1,134 @@
+"""Collision interference: what a shared row does to each n-gram that reads it.
+
+Two n-grams that land in the same row of one head read the same memory there. For every position
+of some prompts and every one of its 24 rows this measures the row's effect at that layer by
+taking it out: the *one-head-out* change in gate (mean |change| over the streams) and in value
+(L2) when that one row reads zeros, everything else (the layer's input streams, the other 23
+rows) as in the run. Per (position, order) it also takes out all of that order's heads whose row
+is a collision bucket of a corpus (``analysis.row_index.RowIndex``) at once: the gate change
+against the number of colliding heads is the figure ``viz.edit_plots.gate_change_vs_colliding_heads``.
+These are direct effects at the layer (its own input streams held fixed), exact re-runs of the
+Engram forward (``core.engram.engram_steps`` through the module, rows zeroed at the ``rows`` hook).
+
+How often all 8 heads of an order collide, over a corpus, beside a uniform hash's expectation, is
+``analysis.collisions.CollisionStats.heads_shared`` (drawn by ``viz.heads_shared_vs_expected``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+
+from engram_viz.analysis.row_index import RowIndex
+from engram_viz.run.pipeline import Pipeline
+from engram_viz.run.trace import token_pieces
+
+
+def engram_inputs(pipeline: Pipeline, prompt) -> tuple[object, dict[int, tuple]]:
+    """One prompt run through ``pipeline``; ``(PromptInput, {layer: (x, hash_ids, token_mask)})``:
+    what each Engram layer received (captured by a forward pre-hook on the module)."""
+    p = pipeline.build([prompt])[0]
+    seen: dict[int, tuple] = {}
+    handles = [
+        e.register_forward_pre_hook(lambda mod, args, n=n: seen.__setitem__(n, tuple(args)))
+        for n, e in pipeline.engrams.items()
+    ]
+    try:
+        pipeline.forward(torch.from_numpy(p.input_ids)[None], torch.from_numpy(p.token_types)[None])
+    finally:
+        for h in handles:
+            h.remove()
+    return p, seen
+
+
+def rows_out(engram, inputs: tuple, masks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The layer re-run once per variant with rows zeroed where ``masks`` bool ``[V, T, 24]`` is True:
+    ``(gate float32 [V, T, hc], value float32 [V, T, dim])``."""
+    x, hid = inputs[0], inputs[1]
+    mask = inputs[2] if len(inputs) > 2 and inputs[2] is not None else torch.ones(x.shape[:2], dtype=torch.bool)
+    v = masks.shape[0]
+    keep = (~masks.to(engram.device)).unsqueeze(-1)
+    got: dict[str, torch.Tensor] = {}
+
+    def zero(rows: torch.Tensor, name: str) -> torch.Tensor:
+        return rows * keep.to(rows.dtype)
+
+    handles = [engram.hook_rows.add_hook(zero)]
+    for site in ("gate", "value"):
+        handles.append(getattr(engram, f"hook_{site}").add_hook(lambda t, name, s=site: got.__setitem__(s, t)))
+    try:
+        with torch.no_grad():
+            engram(x.expand(v, *x.shape[1:]), hid.expand(v, *hid.shape[1:]), mask.expand(v, *mask.shape[1:]))
+    finally:
+        for h in handles:
+            h.remove()
+    return got["gate"].float().cpu(), got["value"].float().cpu()
+
+
+def _layer_frames(pipeline, p, layer, inputs, index, pieces) -> tuple[pd.DataFrame, pd.DataFrame]:
+    engram, heads = pipeline.engrams[layer], pipeline.config.engram_n_heads
+    hid = inputs[1][0].cpu().numpy()  # [T, 24]
+    t_len, n_slots = hid.shape
+    eye = torch.eye(n_slots, dtype=torch.bool)
+    masks = torch.cat(
+        [torch.zeros(1, t_len, n_slots, dtype=torch.bool), eye[:, None, :].expand(n_slots, t_len, n_slots)]
+    )
+    coll = index.is_collision(layer, hid.reshape(-1)).reshape(t_len, n_slots)
+    orders = pipeline.config.ngram_orders
+    slot_order = np.arange(n_slots) // heads + 2
+    for o in orders:  # one variant per order: all its colliding heads out, position by position
+        masks = torch.cat([masks, torch.from_numpy(coll & (slot_order == o))[None]])
+    gate, value = rows_out(engram, inputs, masks)
+    d_gate = (gate[1:] - gate[:1]).abs().mean(-1).numpy()  # [V-1, T]
+    d_value = (value[1:] - value[:1]).norm(dim=-1).numpy()
+    slots = np.arange(n_slots)
+    heads_frame = pd.DataFrame(
+        {
+            "prompt": p.id,
+            "position": np.repeat(np.arange(t_len), n_slots),
+            "token": np.repeat(pieces, n_slots),
+            "layer": layer,
+            "order": np.tile(slot_order, t_len),
+            "head": np.tile(slots % heads, t_len),
+            "row": hid.reshape(-1),
+            "n_ngrams": index.n_ngrams(layer, hid.reshape(-1)),
+            "collision": coll.reshape(-1),
+            "d_gate": d_gate[:n_slots].T.reshape(-1),
+            "d_value": d_value[:n_slots].T.reshape(-1),
+        }
+    )
+    order_frame = pd.DataFrame(
+        {
+            "prompt": p.id,
+            "position": np.tile(np.arange(t_len), len(orders)),
+            "token": np.tile(pieces, len(orders)),
+            "layer": layer,
+            "order": np.repeat(orders, t_len),
+            "n_colliding": np.concatenate([(coll & (slot_order == o)).sum(-1) for o in orders]),
+            "d_gate": d_gate[n_slots:].reshape(-1),
+            "d_value": d_value[n_slots:].reshape(-1),
+        }
+    )
+    return heads_frame, order_frame
+
+
+def collision_interference(pipeline: Pipeline, prompts, index: RowIndex) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(heads, orders)`` frames over every text position of ``prompts`` (module docstring).
+
+    heads: prompt, position, token, layer, order, head, row, n_ngrams (corpus n-grams in the row),
+    collision, d_gate (one-head-out, mean |change| over streams), d_value (L2).
+    orders: prompt, position, token, layer, order, n_colliding (heads of the order whose row is a
+    collision bucket), d_gate / d_value with all of them out at once (0 where none collides)."""
+    heads, orders = [], []
+    if isinstance(prompts, (str, dict)):
+        prompts = [prompts]
+    for prompt in prompts:
+        p, seen = engram_inputs(pipeline, prompt)
+        text = p.token_types < 0
+        pieces = token_pieces(pipeline.tokenizer, p.input_ids.tolist(), p.token_types.tolist())
+        for layer in pipeline.layer_ids:
+            h, o = _layer_frames(pipeline, p, layer, seen[layer], index, pieces)
+            heads.append(h[text[h["position"].to_numpy()]])
+            orders.append(o[text[o["position"].to_numpy()]])
+    return pd.concat(heads, ignore_index=True), pd.concat(orders, ignore_index=True)
