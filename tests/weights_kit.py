@@ -4,6 +4,7 @@ a checkpoint's plain-JSON description)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ from engram_viz.core import fp8
 from engram_viz.core.schema import SAFETENSORS_DTYPES, engram_names
 from engram_viz.weights.checkpoint import Checkpoint
 from engram_viz.weights.rows import RowSource, take_rows
+from engram_viz.weights.scan import scan_checkpoint
 from engram_viz.weights.tables import EngramTable
 
 SHARD = "model-{:05d}-of-00003.safetensors"  # the synthetic hf layout's shards
@@ -108,3 +110,22 @@ def describe_checkpoint(ckpt: Checkpoint) -> dict:
         },
         "embed": {"rows": ckpt.embed.num_rows, "dim": ckpt.embed.dim, "label": ckpt.embed.label},
     }
+
+
+def tensor_info(folder: Path, name: str, part: int = 0):
+    """Where tensor ``name`` (part ``part`` in the mp layout) of a checkpoint folder lies: file and
+    absolute byte offsets."""
+    return scan_checkpoint(folder).tensors[name].parts[part]
+
+
+def poke(folder: Path, name: str, row: int, values: bytes, col_byte: int = 0, part: int = 0) -> Path:
+    """Overwrite bytes of row ``row`` of tensor ``name`` in place (from byte ``col_byte`` of the row);
+    returns the file written. A test's way to plant NaN bytes in a real checkpoint file."""
+    info = tensor_info(folder, name, part)
+    row_bytes = info.nbytes // info.shape[0]
+    fd = os.open(info.path, os.O_WRONLY)
+    try:
+        os.pwrite(fd, values, info.start + row * row_bytes + col_byte)
+    finally:
+        os.close(fd)
+    return info.path

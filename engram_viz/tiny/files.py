@@ -6,7 +6,8 @@ shards: ``ENGRAM_SHARD`` (the Engram tensors under the real checkpoint's names a
 e4m3 tables and wkv with e8m0 scales, bf16 ``q_weight``/``k_weight``) and ``LM_SHARD`` (the LM's
 own bf16 tensors under ``tiny.``, plus ``tiny.embed.raw_ids`` int64 ``[V]``). Every file is
 written atomically (``engram_viz._files``). ``load_tiny_model(path)`` gives the model back in eval
-mode, the Engram layers built by ``Engram.from_weights`` from the fp8 tensors.
+mode, the Engram layers built by ``Engram.from_weights`` from the fp8 tensors; it reads through the
+weights layer's validated reader, as every checkpoint kind does.
 """
 
 from __future__ import annotations
@@ -15,18 +16,27 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from engram_viz._files import atomic_path, atomic_write_text
-from engram_viz.config import EngramConfig, match_preset
+from engram_viz.config import ConfigError, EngramConfig, match_preset
 from engram_viz.core import fp8
 from engram_viz.core.engram import Engram
 from engram_viz.core.tokenizer import get_tokenizer
 from engram_viz.tiny.model import TinyEngramLM, TinyLMConfig, TrainableTable
-from engram_viz.weights.checkpoint import EngramWeights
-from engram_viz.weights.scan import INDEX_FILE
+from engram_viz.weights.checkpoint import open_checkpoint
+from engram_viz.weights.errors import CheckpointError
+from engram_viz.weights.index import INDEX_FILE
 from engram_viz.weights.tables import InMemoryTable
-from engram_viz.weights.tiny_folder import DEFAULT_DIR, ENGRAM_SHARD, LM_SHARD
+from engram_viz.weights.tiny_folder import (
+    DEFAULT_DIR,
+    ENGRAM_SHARD,
+    LM_PREFIX,
+    LM_SHARD,
+    check_raw_ids,
+    read_lm_tensors,
+    read_tiny_config,
+)
 
 
 def write_json(path: Path, obj: dict) -> None:
@@ -81,22 +91,27 @@ def save_tiny_model(model: TinyEngramLM, out: str | Path, extra_config: dict | N
     return [*written, out / INDEX_FILE, out / "config.json"]
 
 
-def _read_folder(path: Path) -> tuple[dict, dict[str, torch.Tensor]]:
-    cfg_file, index_file = path / "config.json", path / INDEX_FILE
-    for f in (cfg_file, index_file):
-        if not f.is_file():
-            raise FileNotFoundError(f"tiny model folder {path} lacks {f.name}")
-    raw = json.loads(cfg_file.read_text())
-    if "tiny_lm" not in raw:
-        raise ValueError(f"{cfg_file} has no 'tiny_lm' section; it is not a tiny Engram LM folder")
-    index = json.loads(index_file.read_text())
-    tensors: dict[str, torch.Tensor] = {}
-    for fname in sorted(set(index["weight_map"].values())):
-        tensors.update(load_file(str(path / fname)))
-    missing = sorted(set(index["weight_map"]) - set(tensors))
-    if missing:
-        raise ValueError(f"tiny model folder {path}: tensors {missing[:5]} listed in the index are missing")
-    return raw, tensors
+def _lm_config(path: Path, raw: dict) -> tuple[EngramConfig, TinyLMConfig]:
+    """The Engram config and the ``tiny_lm`` section of the folder's ``config.json``, checked."""
+    try:
+        config = match_preset(EngramConfig.from_dict(raw, name=path.name))
+        return config, TinyLMConfig(**raw["tiny_lm"])
+    except (ConfigError, TypeError) as err:  # TypeError: unknown or missing tiny_lm keys
+        raise CheckpointError(f"{path / 'config.json'}: not a valid tiny Engram LM config: {err}") from None
+
+
+def _engram_layers(path: Path, config: EngramConfig, mode: str, device) -> dict[int, Engram]:
+    """The Engram layers from the folder's fp8 tensors, opened by the weights layer like any
+    checkpoint (every file validated, small tensors checked finite) and the tables read whole (a
+    few MB; every row checked finite as it is read)."""
+    ckpt = open_checkpoint(path, config=config)
+    engrams = {}
+    for layer_id in config.engram_layer_ids:
+        w = ckpt.layer(layer_id)
+        whole = w.table.materialize()
+        w.table = InMemoryTable(whole.weight, whole.scale, label=f"table layers.{layer_id}.engram.embed of {path}")
+        engrams[layer_id] = Engram.from_weights(config, w, mode=mode, device=device)
+    return engrams
 
 
 def load_tiny_model(
@@ -104,35 +119,31 @@ def load_tiny_model(
 ) -> TinyEngramLM:
     """The exported tiny model (default: the committed ``data/tiny-engram``), in eval mode.
 
-    The Engram layers are built with ``Engram.from_weights`` from the fp8 tensors (``mode`` is the
-    wkv mode, ``fp8`` as the reference); the LM's bf16 tensors compute in float32."""
+    Every file goes through the weights layer's validated reader (``weights/index.py``,
+    ``safetensors.py``, ``finite.py``), so a damaged folder raises a ``CheckpointError`` naming the
+    file. The Engram layers are built with ``Engram.from_weights`` from the fp8 tensors (``mode`` is
+    the wkv mode, ``fp8`` as the reference); the LM's bf16 tensors compute in float32."""
     path = Path(path) if path is not None else DEFAULT_DIR
-    raw, tensors = _read_folder(path)
-    config = match_preset(EngramConfig.from_dict(raw, name=path.name))
-    lm = TinyLMConfig(**raw["tiny_lm"])
-    engrams = {}
-    if lm.use_engram:
-        for layer_id in config.engram_layer_ids:
-            p = f"layers.{layer_id}.engram."
-            w = EngramWeights(
-                layer_id=layer_id,
-                table=InMemoryTable(
-                    tensors[p + "embed.weight"], tensors[p + "embed.scale"], label=f"table {p}embed of {path}"
-                ),
-                wkv_weight=tensors[p + "wkv.weight"],
-                wkv_scale=tensors[p + "wkv.scale"],
-                q_weight=tensors[p + "q_weight"],
-                k_weight=tensors[p + "k_weight"],
-            )
-            engrams[layer_id] = Engram.from_weights(config, w, mode=mode, device=device)
+    if not path.is_dir():
+        raise CheckpointError(f"tiny model folder {path} does not exist or is not a folder")
+    config, lm = _lm_config(path, read_tiny_config(path))
+    tensors = read_lm_tensors(path)
+    engrams = _engram_layers(path, config, mode, device) if lm.use_engram else {}
     tok = get_tokenizer(config)
-    model = TinyEngramLM(config, tok.token_map, tensors["tiny.embed.raw_ids"], lm, engrams=engrams)
-    state = {"embed.weight": tensors["tiny.embed.weight"], "norm.weight": tensors["tiny.norm.weight"]}
-    state.update({k[len("tiny.") :]: v for k, v in tensors.items() if k.startswith("tiny.layers.")})
+    raw_ids = tensors.get("tiny.embed.raw_ids", torch.empty(0, dtype=torch.int64))
+    check_raw_ids(raw_ids, lm.vocab_rows, config.vocab_size, str(path))
+    model = TinyEngramLM(config, tok.token_map, raw_ids, lm, engrams=engrams)
+    state = {k[len(LM_PREFIX) :]: v for k, v in tensors.items() if k != "tiny.embed.raw_ids"}
     own = {k: v for k, v in model.state_dict().items() if not k.startswith("engrams.")}
     if set(own) != set(state):
-        raise ValueError(
+        raise CheckpointError(
             f"tiny model folder {path}: LM tensors differ from the architecture: {sorted(set(own) ^ set(state))[:5]}"
+        )
+    bad = [k for k, v in state.items() if v.shape != own[k].shape]
+    if bad:
+        raise CheckpointError(
+            f"tiny model folder {path}: tensor 'tiny.{bad[0]}' has shape {list(state[bad[0]].shape)}, "
+            f"expected {list(own[bad[0]].shape)} (config.json's tiny_lm section)"
         )
     model.load_state_dict({k: v.float() for k, v in state.items()}, strict=False)
     return model.to(device).eval()

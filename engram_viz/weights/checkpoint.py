@@ -3,7 +3,8 @@
 ``open_checkpoint(path)`` scans the folder (``scan.py``: the ``hf`` and ``mp`` layouts), checks
 every tensor the config needs (``validate.py``; names, dtypes and shapes in ``core/schema.py``)
 and loads it: tables lazily (``LazyTable``), the token embedding lazily (``TokenEmbedding``), the
-small tensors (``wkv``, ``q_weight``, ``k_weight``) eagerly. Every problem raises a
+small tensors (``wkv``, ``q_weight``, ``k_weight``) eagerly, each checked for NaN/Inf
+(``finite.py``; table and embedding rows are checked when gathered). Every problem raises a
 ``CheckpointError`` naming the file and the tensor.
 """
 
@@ -17,8 +18,9 @@ import torch
 from engram_viz.config import EngramConfig
 from engram_viz.core.schema import EMBED_NAME, engram_names
 from engram_viz.weights.embedding import TokenEmbedding
+from engram_viz.weights.finite import read_checked
 from engram_viz.weights.rows import LazyRows
-from engram_viz.weights.safetensors import TensorInfo, read_tensor
+from engram_viz.weights.safetensors import TensorInfo
 from engram_viz.weights.scan import LAYOUT_HF, scan_checkpoint
 from engram_viz.weights.tables import EngramTable, LazyTable
 from engram_viz.weights.tiny_folder import compact_token_embedding
@@ -83,10 +85,10 @@ def _open_layer(
     return EngramWeights(
         layer_id=layer_id,
         table=table,
-        wkv_weight=read_tensor(parts[names["wkv_weight"]][0]),
-        wkv_scale=read_tensor(parts[names["wkv_scale"]][0]),
-        q_weight=read_tensor(parts[names["q_weight"]][0]),
-        k_weight=read_tensor(parts[names["k_weight"]][0]),
+        wkv_weight=read_checked(parts[names["wkv_weight"]][0]),
+        wkv_scale=read_checked(parts[names["wkv_scale"]][0]),
+        q_weight=read_checked(parts[names["q_weight"]][0]),
+        k_weight=read_checked(parts[names["k_weight"]][0]),
     )
 
 

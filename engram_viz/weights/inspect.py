@@ -1,34 +1,95 @@
-"""``engram-viz inspect``: what a checkpoint folder holds and whether it matches a config."""
+"""``engram-viz inspect``: what a checkpoint folder holds and whether it matches a config.
+
+Fast by default: headers, the small tensors (read and checked finite, as opening does) and
+``tokenizer.json``; ``--verify`` adds a whole scan of every Engram-path tensor (``verify.py``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from engram_viz.config import ConfigError, EngramConfig
+from engram_viz.core.schema import EMBED_NAME, is_table_name
+from engram_viz.core.tokenizer import get_tokenizer
+from engram_viz.errors import EngramVizError
 from engram_viz.weights.errors import CheckpointError
-from engram_viz.weights.scan import scan_checkpoint
+from engram_viz.weights.finite import read_checked
+from engram_viz.weights.safetensors import TensorInfo
+from engram_viz.weights.scan import CheckpointScan, scan_checkpoint
 from engram_viz.weights.validate import resolve_config, validated_parts
+from engram_viz.weights.verify import verify_tensors
 
 
-def inspect_checkpoint(path: str | Path, config: EngramConfig | str | Path | None = None) -> dict:
+def _check_small_tensors(parts: dict[str, list[TensorInfo]]) -> None:
+    """Read the small tensors (``wkv`` and its scales, ``q_weight``, ``k_weight``) as opening does,
+    checking them finite; tables and the embedding stay unread (``--verify`` scans them)."""
+    for name, tensor_parts in parts.items():
+        if not is_table_name(name) and name != EMBED_NAME:
+            read_checked(tensor_parts[0])
+
+
+def _check_tokenizer(scan: CheckpointScan, cfg: EngramConfig) -> dict | None:
+    """The folder's ``tokenizer.json`` loaded as a run would load it (``tokenizers``, then its ids
+    against the config's ``vocab_size`` and the compressed map); None when the folder has none."""
+    path = scan.tokenizer_path
+    if path is None:
+        return None
+    try:
+        tok = get_tokenizer(cfg, path)
+    except (EngramVizError, OSError) as err:
+        return {"path": str(path), "ok": False, "error": str(err)}
+    return {"path": str(path), "ok": True, "ids": tok.backend.get_vocab_size(with_added_tokens=True)}
+
+
+def _problems(scan: CheckpointScan, cfg: EngramConfig, out: dict) -> list[str]:
+    """Everything wrong with a scanned folder against a config: tensors, small tensors' values, tokenizer."""
+    problems = []
+    try:
+        _check_small_tensors(validated_parts(scan, cfg))
+    except CheckpointError as err:
+        problems.append(str(err))
+    out["tokenizer"] = _check_tokenizer(scan, cfg)
+    if out["tokenizer"] is not None and not out["tokenizer"]["ok"]:
+        problems.append(out["tokenizer"]["error"])
+    return problems
+
+
+def _verify_problems(findings: dict, folder: Path) -> list[str]:
+    return [
+        f"{folder / b['files'][0]}: tensor {b['name']!r}: {b['nonfinite_values']:,} non-finite values "
+        f"({b['what']}) in {b['rows']:,} rows, first rows {b['first_rows']}"
+        for b in findings["bad"]
+    ]
+
+
+def inspect_checkpoint(
+    path: str | Path, config: EngramConfig | str | Path | None = None, verify: bool = False, progress: bool = True
+) -> dict:
     """What ``engram-viz inspect`` reports: the Engram-path tensors found (dtype, shape, files, bytes)
-    and whether they match the config (``valid``: True / False, or None when no config is known).
-    Reads headers only. Raises ``CheckpointError`` when the folder cannot even be scanned."""
+    and whether they match the config (``valid``: True / False, or None when no config is known;
+    ``error`` the first problem, ``problems`` all of them). Reads the headers, the small tensors
+    (checked finite, as opening does) and ``tokenizer.json`` when present; with ``verify``, scans
+    every Engram-path tensor whole for NaN/Inf (``verify.py``; a progress bar unless not
+    ``progress``). Raises ``CheckpointError`` when the folder cannot even be scanned."""
     scan = scan_checkpoint(path)
     out = scan.describe()
-    out.update(config=None, valid=None, error=None, label=None)
+    out.update(config=None, valid=None, error=None, problems=[], label=None, tokenizer=None, verify=None)
+    problems = []
     try:
         cfg = resolve_config(scan, config)
     except (CheckpointError, ConfigError) as err:
         out["error"] = str(err)
-        return out
-    out["config"] = cfg.name
-    out["label"] = scan.label(cfg)
-    try:
-        validated_parts(scan, cfg)
+        cfg = None
+    if cfg is not None:
+        out["config"], out["label"] = cfg.name, scan.label(cfg)
+        problems = _problems(scan, cfg, out)
+    if verify:
+        out["verify"] = verify_tensors(scan, progress=progress)
+        problems += _verify_problems(out["verify"], scan.path)
+    out["problems"] = problems
+    if problems:
+        out["valid"], out["error"] = False, problems[0]
+    elif cfg is not None:
         out["valid"] = True
-    except CheckpointError as err:
-        out["valid"], out["error"] = False, str(err)
     return out
 
 
@@ -60,10 +121,19 @@ def format_inspect(report: dict) -> str:
     for r in rows:
         lines.append("  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4])
     lines.append(f"Engram-path bytes: {_size(report['engram_bytes'])}")
+    tok = report.get("tokenizer")
+    if tok and tok["ok"]:
+        lines.append(f"tokenizer {tok['path']}: ok ({tok['ids']:,} ids)")
+    found = report.get("verify")
+    if found is not None:
+        state = "ok (no NaN or Inf)" if not found["bad"] else f"{len(found['bad'])} tensors hold NaN/Inf"
+        lines.append(f"verify: {found['tensors']} tensors, {_size(found['bytes'])} scanned whole: {state}")
     if report["valid"] is True:
         lines.append(f"check against config {report['config']}: ok (every dtype and shape as expected)")
     elif report["valid"] is False:
-        lines.append(f"check against config {report['config']}: FAILED: {report['error']}")
+        what = f"check against config {report['config']}" if report["config"] else "check"
+        lines.append(f"{what}: FAILED: {report['error']}")
+        lines.extend(f"  also: {p}" for p in report["problems"][1:])
     else:
         lines.append(f"not checked against a config: {report['error']}")
     return "\n".join(lines)

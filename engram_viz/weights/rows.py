@@ -8,7 +8,9 @@ files (the inference-converted ``model{i}-mp{n}`` layout, part ``i`` holding row
 ``[i * part, (i + 1) * part)``) reads as one.
 
 Every gather validates ids (``RowIdError`` names the id and the range), takes the sorted unique
-ids, reads each unique row once and expands with the inverse index.
+ids, reads each unique row once and expands with the inverse index. ``LazyRows`` checks the rows it
+read for NaN/Inf (``finite.py``; one pass over bytes read anyway) and names the file, the tensor
+and the row ids.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import numpy as np
 import torch
 
 from engram_viz.weights.errors import CheckpointError, RowIdError
+from engram_viz.weights.finite import nonfinite_error, nonfinite_rows
 from engram_viz.weights.safetensors import TensorInfo, pread_into
 
 COALESCE_GAP_BYTES = 4096  # rows closer than this are read in one pread (gap bytes discarded)
@@ -214,8 +217,20 @@ class LazyRows(RowSource):
         else:
             for p in plans:
                 p.run(out)
+        bad = nonfinite_rows(out, self.dtype)
+        if len(bad):
+            raise self._nonfinite(ids[bad])
         rows = torch.from_numpy(out)
         return rows.view(self.dtype) if self.dtype != torch.bool else rows.view(torch.bool)
+
+    def _nonfinite(self, row_ids: np.ndarray) -> CheckpointError:
+        """The error for non-finite rows (global ids), naming the file that holds the first one."""
+        k = int(np.searchsorted(self.part_start, row_ids[0], side="right")) - 1
+        part = self.parts[k]
+        where = f"{part.path}: tensor {part.name!r}"
+        if len(self.parts) > 1:
+            where += f" (part {k} of {len(self.parts)}; row ids count over all parts)"
+        return nonfinite_error(where, self.dtype, row_ids)
 
     def _plan(self, part: TensorInfo, local: np.ndarray, out_start: int) -> _ReadPlan:
         """Coalesce sorted local row ids into reads: rows closer than COALESCE_GAP_BYTES share one

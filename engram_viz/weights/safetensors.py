@@ -7,6 +7,7 @@ file size before any tensor is read, so a corrupt or truncated file is named at 
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -92,6 +93,8 @@ def _read_header_bytes(path: Path) -> tuple[int, bytes]:
         raise CheckpointError(f"safetensors file {path} does not exist") from None
     except IsADirectoryError:
         raise CheckpointError(f"{path} is a directory, expected a safetensors file") from None
+    except OSError as err:  # permission, I/O error, a name the OS refuses
+        raise CheckpointError(f"safetensors file {path} cannot be read: {err.strerror or err}") from None
 
 
 def _tensor_entry(path: Path, name: str, entry, data_start: int, data_size: int, file_size: int) -> TensorInfo:
@@ -131,20 +134,33 @@ def _tensor_entry(path: Path, name: str, entry, data_start: int, data_size: int,
     return TensorInfo(path, name, dtype, tuple(shape), data_start + begin, data_start + end)
 
 
+def _check_disjoint(path: Path, tensors: dict[str, TensorInfo], data_start: int) -> None:
+    """No two tensors share a byte (a tampered header could make one tensor read another's bytes).
+    Sorted by start, it is enough that each non-empty tensor begins at or after the end of the one
+    before it: the ends then never decrease, so no later tensor can reach back either."""
+    spans = sorted((t.start - data_start, t.end - data_start, t.name) for t in tensors.values() if t.end > t.start)
+    for (begin_a, end_a, a), (begin_b, end_b, b) in itertools.pairwise(spans):
+        if begin_b < end_a:
+            raise CheckpointError(
+                f"{path}: corrupt safetensors header: tensor {b!r} (data_offsets {[begin_b, end_b]}) "
+                f"overlaps tensor {a!r} (data_offsets {[begin_a, end_a]}); each tensor needs its own bytes"
+            )
+
+
 def read_safetensors_header(path: str | Path) -> SafetensorsHeader:
     """Parse and validate the header of a safetensors file (without touching its data).
 
     Checks: the length prefix fits the file, the JSON parses to an object, every entry has a
     dtype string, a non-negative integer shape and ``data_offsets`` whose length equals
-    ``numel * itemsize`` (for dtypes engram-viz knows), and every tensor's bytes lie inside the
-    file (otherwise the file is reported as truncated). Tensors of unknown dtypes (e.g. packed
+    ``numel * itemsize`` (for dtypes engram-viz knows), every tensor's bytes lie inside the
+    file's data region (otherwise the file is reported as truncated) and no two tensors overlap. Tensors of unknown dtypes (e.g. packed
     fp4 experts) are listed but cannot be read.
     """
     path = Path(path)
     file_size, raw = _read_header_bytes(path)
     try:
         doc = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+    except (ValueError, RecursionError) as err:  # bad UTF-8 or JSON, a 5,000-digit number, deep nesting
         raise CheckpointError(f"{path}: corrupt safetensors header: not valid UTF-8 JSON ({err})") from None
     if not isinstance(doc, dict):
         raise CheckpointError(f"{path}: corrupt safetensors header: expected a JSON object, got {type(doc).__name__}")
@@ -154,6 +170,7 @@ def read_safetensors_header(path: str | Path) -> SafetensorsHeader:
     if not isinstance(metadata, dict):
         raise CheckpointError(f"{path}: corrupt safetensors header: __metadata__ must be an object")
     tensors = {name: _tensor_entry(path, name, entry, data_start, data_size, file_size) for name, entry in doc.items()}
+    _check_disjoint(path, tensors, data_start)
     return SafetensorsHeader(path, file_size, data_start, tensors, {str(k): str(v) for k, v in metadata.items()})
 
 

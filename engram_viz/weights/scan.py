@@ -9,7 +9,8 @@ Layouts (a folder, or a file inside it):
   with ``part = ceil(rows / n)`` (the last part padded to ``part`` rows, or short). ``embed.weight``
   is row-split the same way or replicated; ``wkv``, ``q_weight`` and ``k_weight`` are replicated.
 
-A scan reads headers only; every problem raises a ``CheckpointError`` naming the file and the tensor.
+Index entries must name shards inside the folder (``index.py``). A scan reads headers only; every
+problem raises a ``CheckpointError`` naming the file and the tensor.
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ from pathlib import Path
 from engram_viz.config import EngramConfig
 from engram_viz.core.schema import EMBED_NAME, ENGRAM_RE, is_engram_path_name, is_table_name
 from engram_viz.weights.errors import CheckpointError
+from engram_viz.weights.index import INDEX_FILE, read_json, read_weight_map
 from engram_viz.weights.safetensors import SafetensorsHeader, TensorInfo, read_safetensors_header
 from engram_viz.weights.tiny_folder import checkpoint_label, is_tiny_lm_folder
 
-INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
 MP_RE = re.compile(r"^model(\d+)-mp(\d+)\.safetensors$")
 MARKER_FILE = "SYNTHETIC.json"
@@ -131,18 +132,6 @@ def _name_order(e: TensorEntry) -> tuple:
     return (0, int(m.group(1)), e.name) if m else (1, 0, e.name)
 
 
-def _read_json(path: Path, what: str) -> dict:
-    try:
-        doc = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise CheckpointError(f"{what} {path} does not exist") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"{what} {path} is corrupt: not valid JSON ({err})") from None
-    if not isinstance(doc, dict):
-        raise CheckpointError(f"{what} {path} is corrupt: expected a JSON object")
-    return doc
-
-
 def _folder(path: str | Path) -> Path:
     path = Path(path)
     if not path.exists():
@@ -179,7 +168,7 @@ def scan_checkpoint(path: str | Path) -> CheckpointScan:
         )
     marker_path = folder / MARKER_FILE
     if marker_path.is_file():
-        scan.marker = _read_json(marker_path, "synthetic marker")
+        scan.marker = read_json(marker_path, "synthetic marker")
     return scan
 
 
@@ -192,18 +181,14 @@ def _marker(headers: list[SafetensorsHeader]) -> dict | None:
 
 
 def _scan_hf_index(folder: Path, index: Path) -> CheckpointScan:
-    doc = _read_json(index, "index file")
-    weight_map = doc.get("weight_map")
-    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
-        raise CheckpointError(f"index file {index} is corrupt: expected a 'weight_map' object of name -> shard file")
-    by_shard: dict[str, list[str]] = {}
+    weight_map = read_weight_map(folder, index)
+    by_shard: dict[Path, list[str]] = {}
     for name, shard in weight_map.items():
         if is_engram_path_name(name):
             by_shard.setdefault(shard, []).append(name)
     tensors: dict[str, TensorEntry] = {}
     headers = []
-    for shard, names in sorted(by_shard.items()):
-        shard_path = folder / shard
+    for shard_path, names in sorted(by_shard.items()):
         if not shard_path.is_file():
             raise CheckpointError(f"{index}: shard {shard_path} (holding tensor {names[0]!r}) does not exist")
         header = read_safetensors_header(shard_path)

@@ -2,7 +2,8 @@
 
 One interface (``EngramTable``), several backings:
 
-- ``InMemoryTable(weight, scale)``: the tensors in memory (any device).
+- ``InMemoryTable(weight, scale)``: the tensors in memory (any device); gathered rows are checked
+  for NaN bytes (``finite.py``), as ``LazyRows`` checks the rows it reads.
 - ``LazyTable``: rows read on demand from one or more safetensors files (two ``LazyRows``).
 - ``ProceduralTable`` (``procedural.py``): row r a fixed function of ``(seed, r)``.
 
@@ -21,6 +22,7 @@ import torch
 from engram_viz.config import FP8_BLOCK_SIZE
 from engram_viz.core import fp8
 from engram_viz.weights.errors import CheckpointError
+from engram_viz.weights.finite import nonfinite_error, tensor_nonfinite_rows
 from engram_viz.weights.rows import LazyRows, check_row_ids, take_rows, unique_ids
 from engram_viz.weights.safetensors import read_safetensors_header
 
@@ -109,7 +111,12 @@ class InMemoryTable(EngramTable):
 
     def _gather_unique(self, ids: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         idx = torch.from_numpy(np.asarray(ids, dtype=np.int64)).to(self.weight.device)
-        return take_rows(self.weight, idx), take_rows(self.scale, idx)
+        w, s = take_rows(self.weight, idx), take_rows(self.scale, idx)
+        for rows, what in ((w, "weight"), (s, "scale")):  # only the rows read: NaN bytes named by row id
+            bad = tensor_nonfinite_rows(rows)
+            if len(bad):
+                raise nonfinite_error(f"{self.label}: {what}", rows.dtype, np.asarray(ids)[bad])
+        return w, s
 
 
 class LazyTable(EngramTable):

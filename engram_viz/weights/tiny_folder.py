@@ -5,7 +5,9 @@ committed one) holds ``config.json`` with a ``tiny_lm`` section, an HF-style ind
 ``LM_SHARD`` (the LM's own bf16 tensors under ``tiny.``, among them the small embedding
 ``tiny.embed.weight`` ``[V, dim]`` and ``tiny.embed.raw_ids`` ``[V]``) and ``ENGRAM_SHARD`` (the
 Engram tensors under the real checkpoint's names and dtypes). It opens as a suite ``Checkpoint``
-whose token embedding is :func:`compact_token_embedding`.
+whose token embedding is :func:`compact_token_embedding`. Its files are read by the same validated
+reader as any checkpoint (``index.py``, ``safetensors.py``, ``finite.py``): a damaged file raises a
+``CheckpointError`` naming it.
 """
 
 from __future__ import annotations
@@ -15,16 +17,20 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors import safe_open
 
 from engram_viz.config import DATA_DIR, load_config
 from engram_viz.weights.embedding import TokenEmbedding
+from engram_viz.weights.errors import CheckpointError
+from engram_viz.weights.finite import read_checked
+from engram_viz.weights.index import INDEX_FILE, read_json, read_weight_map
 from engram_viz.weights.rows import RowSource
+from engram_viz.weights.safetensors import read_safetensors_header
 
 DEFAULT_DIR = DATA_DIR / "tiny-engram"
 LM_SHARD = "model-00001-of-00002.safetensors"  # tiny LM: small embedding, blocks, final norm (bf16)
 ENGRAM_SHARD = "model-00002-of-00002.safetensors"  # Engram tensors, real checkpoint names and dtypes
 TRAINED_ON = "the King James Bible + Debian Reference (zh-CN)"
+LM_PREFIX = "tiny."  # the LM's own tensors; the rest are Engram tensors under the checkpoint's names
 
 
 def is_tiny_lm_folder(path: str | Path | None) -> bool:
@@ -54,6 +60,48 @@ def checkpoint_label(path: str | Path) -> str:
     return f"tiny Engram LM trained on {TRAINED_ON} (engram-viz, {where}{extra})"
 
 
+def read_tiny_config(path: str | Path) -> dict:
+    """The folder's ``config.json`` as a dict, checked to hold a ``tiny_lm`` object."""
+    cfg_file = Path(path) / "config.json"
+    raw = read_json(cfg_file, "config file")
+    if not isinstance(raw.get("tiny_lm"), dict):
+        raise CheckpointError(f"{cfg_file} has no 'tiny_lm' object; it is not a tiny Engram LM folder")
+    return raw
+
+
+def read_lm_tensors(path: str | Path, names: tuple[str, ...] | None = None) -> dict[str, torch.Tensor]:
+    """The LM's own tensors (``tiny.*``, or only ``names``) listed in the folder's index, each read by
+    the validated reader and checked finite (the whole LM is a few MB)."""
+    path = Path(path)
+    index = path / INDEX_FILE
+    weight_map = {n: p for n, p in read_weight_map(path, index).items() if n.startswith(LM_PREFIX)}
+    if names is not None:
+        missing = [n for n in names if n not in weight_map]
+        if missing:
+            raise CheckpointError(f"{index}: tensor {missing[0]!r} not listed (a tiny LM folder needs it)")
+        weight_map = {n: weight_map[n] for n in names}
+    headers = {p: read_safetensors_header(p) for p in sorted(set(weight_map.values()))}
+    out = {}
+    for name, shard in weight_map.items():
+        info = headers[shard].tensors.get(name)
+        if info is None:
+            raise CheckpointError(f"{shard}: tensor {name!r} not found, although {index.name} places it in this shard")
+        out[name] = read_checked(info)
+    return out
+
+
+def check_raw_ids(raw_ids: torch.Tensor, rows: int, vocab: int, where: str) -> np.ndarray:
+    """``tiny.embed.raw_ids`` as numpy: int64 ``[rows]``, entry 0 the unknown row, the rest raw ids in
+    ``0..vocab-1``; a ``CheckpointError`` naming ``where`` otherwise."""
+    ids = raw_ids.numpy() if raw_ids.dtype == torch.int64 and raw_ids.dim() == 1 else None
+    if ids is None or len(ids) != rows or (rows > 1 and not 0 <= ids[1:].min() <= ids[1:].max() < vocab):
+        raise CheckpointError(
+            f"{where}: tensor 'tiny.embed.raw_ids' must be int64 [{rows}] (one raw id per embedding row, "
+            f"each in 0..{vocab - 1}), got {raw_ids.dtype} {list(raw_ids.shape)}"
+        )
+    return ids
+
+
 class _CompactRows(RowSource):
     """Rows ``[vocab, dim]`` over all raw ids from the small embedding ``weight [V, dim]``: raw id
     r reads row ``remap[r]`` (0, the unknown row, for ids outside the small vocabulary)."""
@@ -70,11 +118,14 @@ def compact_token_embedding(path: str | Path, label: str) -> TokenEmbedding:
     """The tiny LM's token embedding as a suite ``TokenEmbedding`` over all raw ids
     (``[vocab_size, dim]`` bf16): ids outside its small vocabulary read the unknown row 0."""
     path = Path(path)
-    with safe_open(str(path / LM_SHARD), framework="pt") as f:
-        weight, raw_ids = f.get_tensor("tiny.embed.weight"), f.get_tensor("tiny.embed.raw_ids")
+    lm = read_lm_tensors(path, ("tiny.embed.weight", "tiny.embed.raw_ids"))
+    weight = lm["tiny.embed.weight"]
+    if weight.dim() != 2:
+        raise CheckpointError(f"{path}: tensor 'tiny.embed.weight' must be 2-D [rows, dim], got {list(weight.shape)}")
     vocab = load_config(path).vocab_size
+    raw_ids = check_raw_ids(lm["tiny.embed.raw_ids"], weight.shape[0], vocab, str(path))
     remap = np.zeros(vocab, dtype=np.int64)
-    remap[raw_ids[1:].numpy()] = np.arange(1, len(raw_ids))
+    remap[raw_ids[1:]] = np.arange(1, len(raw_ids))
     return TokenEmbedding(
         _CompactRows(weight, remap, label), label=f"token embedding of the {label} (unknown ids -> row 0)"
     )

@@ -16,6 +16,7 @@ from engram_viz.tiny.files import load_tiny_model, save_tiny_model
 from engram_viz.tiny.model import TinyEngramLM, TinyLMConfig, gates_forced
 from engram_viz.weights.checkpoint import open_checkpoint
 from engram_viz.weights.default import default_checkpoint
+from engram_viz.weights.errors import CheckpointError
 from engram_viz.weights.safetensors import read_safetensors_header
 from engram_viz.weights.scan import INDEX_FILE
 from engram_viz.weights.tiny_folder import DEFAULT_DIR, ENGRAM_SHARD, LM_SHARD
@@ -170,5 +171,7 @@ def test_cli_train_tiny_arguments() -> None:
 
 
 def test_bad_folder_is_a_clear_error(tmp_path) -> None:
-    with pytest.raises(FileNotFoundError, match="lacks config.json"):
+    with pytest.raises(CheckpointError, match=r"config file .*config\.json does not exist"):
         load_tiny_model(tmp_path)
+    with pytest.raises(CheckpointError, match="does not exist or is not a folder"):
+        load_tiny_model(tmp_path / "nowhere")

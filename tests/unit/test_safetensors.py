@@ -67,3 +67,54 @@ def test_unknown_dtype_is_listed_but_not_readable(tmp_path):
     assert header.tensors["experts"].dtype == "F4"
     with pytest.raises(CheckpointError, match="F4, which engram-viz cannot read"):
         read_tensor(header.tensors["experts"])
+
+
+@pytest.mark.parametrize(
+    "offsets,pattern",
+    [
+        (
+            {"a": [0, 16], "b": [8, 24]},
+            r"tensor 'b' \(data_offsets \[8, 24\]\) overlaps tensor 'a' \(data_offsets \[0, 16\]\)",
+        ),
+        ({"a": [0, 32], "b": [8, 24]}, r"tensor 'b' \(data_offsets \[8, 24\]\) overlaps tensor 'a'"),  # inside
+        ({"a": [0, 16], "b": [0, 16]}, r"overlaps tensor"),  # the same bytes twice
+        ({"a": [16, 32], "b": [0, 16], "c": [8, 24]}, r"tensor 'c' .* overlaps tensor 'b'"),
+    ],
+)
+def test_overlapping_tensors_are_refused(tmp_path, offsets, pattern):
+    """One tensor's bytes inside another's (a tampered header: writing one would change the other)."""
+    header = {n: {"dtype": "F32", "shape": [(e - b) // 4], "data_offsets": [b, e]} for n, (b, e) in offsets.items()}
+    p = _write_raw(tmp_path / "overlap.safetensors", header, b"\0" * 32)
+    with pytest.raises(CheckpointError, match=pattern) as info:
+        read_safetensors_header(p)
+    assert str(p) in str(info.value)
+
+
+def test_adjacent_and_empty_tensors_are_fine(tmp_path):
+    header = {
+        "a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
+        "empty": {"dtype": "F32", "shape": [0], "data_offsets": [8, 8]},  # no bytes: overlaps nothing
+        "b": {"dtype": "F32", "shape": [4], "data_offsets": [16, 32]},
+    }
+    p = _write_raw(tmp_path / "ok.safetensors", header, b"\0" * 32)
+    assert set(read_safetensors_header(p).tensors) == {"a", "empty", "b"}
+
+
+@pytest.mark.parametrize(
+    "header,pattern",
+    [
+        (b'{"x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 1' + b"0" * 5000 + b"]}}", "not valid UTF-8 JSON"),
+        (b"[" * 100_000 + b"]" * 100_000, "not valid UTF-8 JSON"),
+        (b'{"x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, "\xff": 1}', "not valid UTF-8 JSON"),
+        (b'{"x": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}}', "truncated file"),  # outside the data
+        (b'{"x": {"dtype": "F32", "shape": [2.0], "data_offsets": [0, 8]}}', "shape must be"),
+        (b'{"x": {"dtype": "F32", "shape": [2], "data_offsets": [0, NaN]}}', "data_offsets must be"),
+    ],
+)
+def test_more_corrupt_headers_name_the_file(tmp_path, header, pattern):
+    """A 5,000-digit number, nesting deeper than Python's recursion limit, a non-UTF-8 name, offsets
+    past the data region, float shapes and NaN offsets: all a ``CheckpointError`` naming the file."""
+    p = _write_raw(tmp_path / "bad.safetensors", header, b"\0" * 8)
+    with pytest.raises(CheckpointError, match=pattern) as info:
+        read_safetensors_header(p)
+    assert str(p) in str(info.value)
