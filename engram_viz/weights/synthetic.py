@@ -28,9 +28,11 @@ from safetensors.torch import save_file
 from engram_viz._cache import cached_path, is_verified
 from engram_viz.config import CONFIG_DIR, FP8_BLOCK_SIZE, PRESETS, EngramConfig, load_config
 from engram_viz.core import fp8
+from engram_viz.core.block0_config import Block0Config
 from engram_viz.core.schema import EMBED_NAME, engram_names, expected_tensors, is_table_name, wkv_shape
 from engram_viz.core.tokenizer import bundled_tokenizer_file
 from engram_viz.settings import cache_dir
+from engram_viz.weights.block0_synthetic import add_block0
 from engram_viz.weights.checkpoint import Checkpoint, EngramWeights, open_checkpoint
 from engram_viz.weights.errors import CheckpointError
 from engram_viz.weights.procedural import ProceduralEmbedding, ProceduralTable
@@ -126,8 +128,11 @@ def write_synthetic_checkpoint(
     world_size: int = 1,
     layout: str | None = None,
     tokenizer: bool = True,
+    block0: Block0Config | None = None,
 ) -> Path:
     """Write a whole synthetic checkpoint folder (real names, dtypes and shapes) and return its path.
+    With ``block0`` (hf layout only) the folder also holds block 0's tensors and config fields
+    (``weights.block0_synthetic.add_block0``), so ``streams="block0"`` can run on it.
 
     ``layout`` is ``"hf"`` (index + 3 shards; the default when ``world_size == 1``) or ``"mp"``
     (``model{i}-mp{world_size}.safetensors``; the default when ``world_size > 1``). The folder gets
@@ -146,6 +151,10 @@ def write_synthetic_checkpoint(
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
     try:
         _write_folder(tmp, cfg, seed, layout, world_size, tokenizer)
+        if block0 is not None:
+            if layout != LAYOUT_HF:
+                raise ValueError(f"block0= needs the hf layout, got {layout!r}")
+            add_block0(tmp, block0, lambda name: _generator(seed, name), {"engram_viz_synthetic": "true"})
         _publish_modes(tmp)
         os.rename(tmp, out)
     except BaseException:

@@ -1,0 +1,86 @@
+"""Embed + block 0 of DeepSeek-V4.1-Flash: the residual streams entering Engram layer 1.
+
+The reference ``Transformer.forward`` up to layer 1 (a prefill from position 0)::
+
+    h      = embed(input_ids) -> repeat into hc streams                bf16 [B, T, hc, dim]
+    # block 0 (reference Block.forward, pre_mix = one-hot on stream 0)
+    a_pre, a_post, a_comb = hc_mixes(h, hc_attn_*)
+    x      = expand(attn(RMSNorm(collapse(h, stream0))), h, a_post, a_comb)          [B, T, hc, dim]
+    f_pre, f_post, f_comb = hc_mixes(x, hc_ffn_*)                      (f_pre feeds block 1, unused here)
+    out    = expand(moe(RMSNorm(collapse(x, a_pre)), image), x, f_post, f_comb)     bf16 [B, T, hc, dim]
+
+``out`` is the ``h`` the reference passes to ``layers[1].engram``. Image spans: the reference merges
+vision features into ``h`` when it is given images; this port has no vision encoder, so image
+positions carry the image token's embedding (the caller's label must say so). ``image`` ``[B, T]``
+still selects the MoE's ``bias_vl`` there, as the reference's ``image_mask``.
+
+``weights`` is any :class:`Block0Source`: tensors by name relative to ``layers.0.``, the fp8 GEMMs
+by module name, the routed experts on demand and the token embedding
+(``engram_viz.weights.block0.Block0Weights`` reads them from a checkpoint, lazily).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+from engram_viz.core.block0_config import Block0Config
+from engram_viz.core.hyper import collapse, expand, hc_mixes, rms_norm, stream0
+from engram_viz.core.moe import Linear, moe
+from engram_viz.core.window_attention import window_attention
+
+
+class Block0Source(Protocol):
+    config: Block0Config
+
+    def tensor(self, name: str) -> torch.Tensor: ...  # e.g. "hc_attn_fn", "attn.attn_sink"
+
+    def linear(self, name: str) -> Linear: ...  # fp8 GEMM of e.g. "attn.wq_a"
+
+    def expert(self, e: int) -> tuple[Linear, Linear, Linear]: ...  # routed expert e: (w1, w2, w3)
+
+    def embed(self, raw_ids: torch.Tensor) -> torch.Tensor: ...  # [B, T] -> bf16 [B, T, dim]
+
+
+def _mixes(x: torch.Tensor, src: Block0Source, sub: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    cfg = src.config
+    return hc_mixes(
+        x,
+        src.tensor(f"hc_{sub}_fn"),
+        src.tensor(f"hc_{sub}_scale"),
+        src.tensor(f"hc_{sub}_base"),
+        norm_eps=cfg.norm_eps,
+        iters=cfg.hc_sinkhorn_iters,
+        eps=cfg.hc_eps,
+    )
+
+
+def block0(h: torch.Tensor, src: Block0Source, image: torch.Tensor | None = None) -> torch.Tensor:
+    """Block 0 on the streams ``h [B, T, hc, dim]`` bf16 -> bf16 ``[B, T, hc, dim]`` (the input of layer 1)."""
+    cfg = src.config
+    a_pre, a_post, a_comb = _mixes(h, src, "attn")
+    attn_w = {k: src.tensor(f"attn.{k}") for k in ("attn_sink", "q_norm.weight", "kv_norm.weight", "wo_a.weight")}
+    attn_w = {k.removesuffix(".weight"): v for k, v in attn_w.items()}
+    attn_lin = {k: src.linear(f"attn.{k}") for k in ("wq_a", "wq_b", "wkv", "wo_b")}
+    y = window_attention(
+        rms_norm(collapse(h, stream0(h)), src.tensor("attn_norm.weight"), cfg.norm_eps), attn_w, attn_lin, cfg
+    )
+    x = expand(y, h, a_post, a_comb)
+    _, f_post, f_comb = _mixes(x, src, "ffn")
+    moe_w = {
+        "gate": src.tensor("ffn.gate.weight"),
+        "bias": src.tensor("ffn.gate.bias"),
+        "bias_vl": src.tensor("ffn.gate.bias_vl"),
+    }
+    shared = tuple(src.linear(f"ffn.shared_experts.{k}") for k in ("w1", "w2", "w3"))
+    f_in = rms_norm(collapse(x, a_pre), src.tensor("ffn_norm.weight"), cfg.norm_eps)
+    return expand(moe(f_in, moe_w, shared, src.expert, cfg, image), x, f_post, f_comb)
+
+
+def block0_streams(src: Block0Source, raw_ids: torch.Tensor, image: torch.Tensor | None = None) -> torch.Tensor:
+    """Raw ids ``[B, T]`` (a prefill from position 0) -> the streams entering Engram layer 1, bf16 ``[B, T, hc, dim]``."""
+    h = src.embed(raw_ids).to(torch.bfloat16)
+    h = h.unsqueeze(2).repeat(1, 1, src.config.hc_mult, 1)
+    with torch.no_grad():
+        return block0(h, src, image)

@@ -1,0 +1,91 @@
+"""Block 0's sliding-window attention (reference ``Attention`` with ``compress_ratio == 0``, prefill).
+
+Shapes for ``x [B, T, dim]`` bf16, ``H`` heads of ``D = head_dim``, ``r = rope_head_dim``, one shared
+key-value head (K = V)::
+
+    qr  = RMSNorm(wq_a(x))                                bf16 [B, T, q_lora_rank]     (fp8 GEMM)
+    q   = wq_b(qr) -> [B, T, H, D]; RoPE on q[..., -r:]   bf16                          (fp8 GEMM)
+    kv  = RMSNorm(wkv(x)) [B, T, D]; RoPE on kv[..., -r:]; e4m3 round trip per 32 values (ue8m0 scales)
+    s   = q . kv * D^-0.5 over the window t-W+1 .. t                  float32 [B, H, T, W]
+    o   = sum_k p_k kv_k / (sum_k p_k + exp(sink_h - max)),  p = exp(s - max)  (p rounded to bf16 in PV)
+    o   -> bf16; inverse RoPE on o[..., -r:]
+    o   = per group g of H / G heads: o_g @ wo_a[g]^T (bf16) -> [B, T, G, o_lora]; wo_b(o.flatten) (fp8 GEMM)
+
+RoPE: adjacent pairs as complex numbers, frequencies ``theta^(-2i / r)`` (no YaRN for a window-only
+block), positions from 0 (a prefill). The reference normalises the softmax with a running maximum over
+blocks of 64 keys and rounds the probabilities to bf16 against it; with the final maximum used here
+the probabilities differ by at most one bf16 rounding (its stated fidelity is about one bf16 ulp).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from engram_viz.core import fp8
+from engram_viz.core.hyper import rms_norm
+
+Linear = Callable[[torch.Tensor], torch.Tensor]
+QUERY_CHUNK = 256  # queries per score block: [B, H, 256, T] float32 at a time
+
+
+def rope_angles(rope_dim: int, length: int, theta: float, device: torch.device | None = None) -> torch.Tensor:
+    """``[T, r / 2]`` complex64 unit rotations (reference ``precompute_freqs_cis`` without YaRN)."""
+    freqs = 1.0 / (theta ** (torch.arange(0, rope_dim, 2, dtype=torch.float32, device=device) / rope_dim))
+    angles = torch.outer(torch.arange(length, dtype=torch.float32, device=device), freqs)
+    return torch.polar(torch.ones_like(angles), angles)
+
+
+def rope(x: torch.Tensor, rot: torch.Tensor, inverse: bool = False) -> torch.Tensor:
+    """Rotate the last ``r`` dims of ``x [B, T, (H,) D]`` by ``rot [T, r / 2]``; same dtype out."""
+    r = 2 * rot.shape[-1]
+    pairs = torch.view_as_complex(x[..., -r:].float().unflatten(-1, (-1, 2)).contiguous())
+    rot = rot.conj() if inverse else rot
+    rot = rot.view(1, x.shape[1], *([1] * (x.dim() - 3)), -1)
+    turned = torch.view_as_real(pairs * rot).flatten(-2).to(x.dtype)
+    return torch.cat([x[..., :-r], turned], dim=-1)
+
+
+def fp8_round_trip(x: torch.Tensor) -> torch.Tensor:
+    """e4m3 with power-of-two scales per 32 values and back, in x's dtype (the stored KV)."""
+    return fp8.dequantize_blockwise(*fp8.quantize_blockwise(x)).to(x.dtype)
+
+
+def window_attend(q: torch.Tensor, kv: torch.Tensor, sink: torch.Tensor, window: int, scale: float) -> torch.Tensor:
+    """``q [B, T, H, D]``, ``kv [B, T, D]``, ``sink [H]`` -> bf16 ``[B, T, H, D]``: each query t attends to
+    keys ``max(0, t - window + 1) .. t`` plus a per-head sink logit (in the denominator only)."""
+    b, t, h, d = q.shape
+    kvf = kv.float()
+    out = torch.empty(b, t, h, d, dtype=torch.bfloat16, device=q.device)
+    keys = torch.arange(t, device=q.device)
+    for a in range(0, t, QUERY_CHUNK):
+        z = min(a + QUERY_CHUNK, t)
+        lo = max(0, a - window + 1)
+        qs = torch.arange(a, z, device=q.device)[:, None]
+        ks = keys[lo:z][None, :]
+        allowed = (ks <= qs) & (ks > qs - window)  # [tq, tk]
+        s = torch.einsum("bqhd,bkd->bhqk", q[:, a:z].float(), kvf[:, lo:z]) * scale
+        s = s.masked_fill(~allowed, -torch.inf)
+        top = s.amax(-1, keepdim=True)  # every query sees itself: finite
+        p = torch.exp(s - top)
+        denom = p.sum(-1) + torch.exp(sink.float().view(1, h, 1) - top.squeeze(-1))
+        o = torch.einsum("bhqk,bkd->bqhd", p.to(torch.bfloat16).float(), kvf[:, lo:z])
+        out[:, a:z] = (o / denom.permute(0, 2, 1).unsqueeze(-1)).to(torch.bfloat16)
+    return out
+
+
+def window_attention(x: torch.Tensor, w: dict[str, torch.Tensor], lin: dict[str, Linear], cfg) -> torch.Tensor:
+    """Block 0's attention on ``x [B, T, dim]`` bf16 (a prefill from position 0) -> bf16 ``[B, T, dim]``.
+
+    ``w``: ``attn_sink``, ``q_norm``, ``kv_norm``, ``wo_a`` (bf16 ``[G * o_lora, H * D / G]``);
+    ``lin``: the fp8 GEMMs ``wq_a``, ``wq_b``, ``wkv``, ``wo_b``; ``cfg``: a Block0Config."""
+    b, t, _ = x.shape
+    h, d, g = cfg.n_heads, cfg.head_dim, cfg.o_groups
+    rot = rope_angles(cfg.rope_head_dim, t, cfg.rope_theta, x.device)
+    qr = rms_norm(lin["wq_a"](x), w["q_norm"], cfg.norm_eps)
+    q = rope(lin["wq_b"](qr).unflatten(-1, (h, d)), rot)
+    kv = fp8_round_trip(rope(rms_norm(lin["wkv"](x), w["kv_norm"], cfg.norm_eps), rot))
+    o = rope(window_attend(q, kv, w["attn_sink"], cfg.window_size, d**-0.5), rot, inverse=True)
+    o = torch.einsum("bsgd,grd->bsgr", o.view(b, t, g, -1), w["wo_a"].view(g, cfg.o_lora_rank, -1))
+    return lin["wo_b"](o.flatten(2))
