@@ -108,21 +108,15 @@ def column_owners(layout: EngramLayout) -> tuple[np.ndarray, np.ndarray]:
     return orders, heads
 
 
-def removal_masks(orders: np.ndarray, heads: np.ndarray) -> tuple[torch.Tensor, dict[str, slice]]:
-    """Which columns each variant leaves out, float ``[V, 24]`` (1 = left out), and where each kind
-    of variant sits: ``full`` (nothing out), ``row`` (one column), ``head``, ``coalition`` (index
-    bit i set = order i kept)."""
-    n = len(orders)
-    order_ids, head_ids = sorted(set(orders.tolist())), sorted(set(heads.tolist()))
-    masks = [np.zeros(n)]
-    masks += [np.eye(n)[r] for r in range(n)]
-    masks += [(heads == h).astype(float) for h in head_ids]
-    for bits in range(2 ** len(order_ids)):
-        kept = [o for i, o in enumerate(order_ids) if bits >> i & 1]
-        masks.append((~np.isin(orders, kept)).astype(float))
-    spans = {"full": slice(0, 1), "row": slice(1, 1 + n), "head": slice(1 + n, 1 + n + len(head_ids))}
-    spans["coalition"] = slice(spans["head"].stop, len(masks))
-    return torch.as_tensor(np.stack(masks), dtype=torch.float32), spans
+def _group_index(owner: np.ndarray) -> torch.Tensor:
+    """Column -> index of its group (order or head) among the sorted group ids: int64 ``[24]``."""
+    ids = sorted(set(owner.tolist()))
+    return torch.as_tensor([ids.index(o) for o in owner.tolist()], dtype=torch.int64)
+
+
+def _coalition_masks(n_orders: int) -> torch.Tensor:
+    """float ``[2**n_orders, n_orders]``: row ``bits`` keeps order i when bit i is set."""
+    return torch.tensor([[bits >> i & 1 for i in range(n_orders)] for bits in range(2**n_orders)], dtype=torch.float32)
 
 
 def shapley_values(coalitions: torch.Tensor) -> torch.Tensor:
@@ -143,68 +137,98 @@ def shapley_values(coalitions: torch.Tensor) -> torch.Tensor:
 
 
 def _row_parts(engram: Engram, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(parts [n, 24, N], kv_f32 [n, N])``: each row's share of the float32 wkv output, and the
-    output itself as the module's GEMM computes it (before rounding)."""
+    """``(parts [24, n, N], kv_f32 [n, N])``: each row's share of the float32 wkv output (row-major,
+    one GEMM per row), and the output itself as the module's GEMM computes it (before rounding)."""
     w = engram.wkv.weight.detach()
     a = engram.wkv.inputs(rows.flatten(-2))  # [n, K]
     n_cols = rows.shape[-2]
-    parts = torch.einsum("nrk,jrk->nrj", a.unflatten(-1, (n_cols, -1)), w.unflatten(-1, (n_cols, -1)))
+    per_row = a.unflatten(-1, (n_cols, -1)).transpose(0, 1)  # [24, n, head_dim]
+    parts = torch.bmm(per_row, w.unflatten(-1, (n_cols, -1)).permute(1, 2, 0))  # [24, n, N]
     return parts, torch.nn.functional.linear(a, w)
 
 
+def _variants(
+    kv_f32: torch.Tensor, parts: torch.Tensor, order_index: torch.Tensor, head_index: torch.Tensor, dtype: torch.dtype
+) -> torch.Tensor:
+    """The wkv output of every variant, rounded to ``dtype`` (the module's), ``[V, n, N]``: nothing
+    left out (the module's GEMM), each row left out, each head left out (the float32 total minus
+    the left-out parts), then every coalition of orders (the sum of the kept orders' parts, so
+    keeping none is exactly 0). Written into one preallocated tensor (no concatenation)."""
+    n_orders, n_heads = int(order_index.max()) + 1, int(head_index.max()) + 1
+    n_rows = parts.shape[0]
+    kv = kv_f32.new_empty((1 + n_rows + n_heads + 2**n_orders, *kv_f32.shape), dtype=dtype)
+    kv[0] = kv_f32
+    kv[1 : 1 + n_rows] = kv_f32 - parts
+    group = parts.new_zeros((n_heads, *parts.shape[1:])).index_add_(0, head_index, parts)
+    kv[1 + n_rows : 1 + n_rows + n_heads] = kv_f32 - group
+    group = parts.new_zeros((n_orders, *parts.shape[1:])).index_add_(0, order_index, parts)
+    kv[1 + n_rows + n_heads :] = torch.einsum("co,onj->cnj", _coalition_masks(n_orders).to(parts.device), group)
+    return kv
+
+
+class _GateReached(Exception):
+    """Stops engram_steps once the gate is known (the streams' update is not needed here)."""
+
+
 def _run_variants(engram: Engram, x: torch.Tensor, mask: torch.Tensor, kv: torch.Tensor) -> dict[str, torch.Tensor]:
-    """engram_steps on ``kv [V, n, N]`` (already rounded) with streams ``x [n, hc, dim]``:
-    the captured ``key``, ``value``, ``dot`` and ``gate`` of every variant."""
+    """engram_steps on ``kv [V, n, N]`` (already rounded) with streams ``x [n, hc, dim]`` shared by
+    the variants (broadcast, not copied): the captured ``key``, ``value``, ``dot`` and ``gate``."""
     seen: dict[str, torch.Tensor] = {}
 
     def hook(site: str, t: torch.Tensor) -> torch.Tensor:
         seen[site] = t
+        if site == "gate":
+            raise _GateReached
         return t
 
-    v, n = kv.shape[:2]
-    engram_steps(
-        x.unsqueeze(0).expand(v, *x.shape),
-        torch.zeros((v, n, engram.n_hash_cols), dtype=torch.int64, device=kv.device),
-        mask.unsqueeze(0).expand(v, n),
-        gather=lambda ids: kv.new_empty((*ids.shape, 0)),  # the rows are already inside kv
-        wkv=lambda _a: kv,
-        q_weight=engram.q_weight.detach(),
-        k_weight=engram.k_weight.detach(),
-        eps=engram.eps,
-        clamp=engram.clamp_value,
-        hook=hook,
-    )
+    n = kv.shape[1]
+    try:
+        engram_steps(
+            x.unsqueeze(0),
+            torch.zeros((1, n, engram.n_hash_cols), dtype=torch.int64, device=kv.device),
+            mask.unsqueeze(0),
+            gather=lambda ids: kv.new_empty((*ids.shape, 0)),  # the rows are already inside kv
+            wkv=lambda _a: kv,
+            q_weight=engram.q_weight.detach(),
+            k_weight=engram.k_weight.detach(),
+            eps=engram.eps,
+            clamp=engram.clamp_value,
+            hook=hook,
+        )
+    except _GateReached:
+        pass
     return seen
 
 
-def _chunk(engram: Engram, x: torch.Tensor, rows: torch.Tensor, mask: torch.Tensor, removed: torch.Tensor) -> dict:
+def _chunk(engram: Engram, x: torch.Tensor, rows: torch.Tensor, mask: torch.Tensor, groups: tuple) -> dict:
     """The attribution of n positions: x ``[n, hc, dim]``, rows ``[n, 24, head_dim]``, mask ``[n]``."""
     hc, dim = engram.q_weight.shape
+    order_index, head_index = groups
     parts, kv_f32 = _row_parts(engram, rows)
-    # a variant sums the parts it keeps (never subtracts: kv - parts would leave float noise where
-    # everything is left out, which the key's rstd blows up); nothing left out is the module's GEMM
-    kv = torch.einsum("vr,nrj->vnj", 1 - removed, parts)
-    kv[removed.sum(1) == 0] = kv_f32
-    kv = kv.to(engram.wkv.out_dtype)
-    seen = _run_variants(engram, x, mask, kv)
+    seen = _run_variants(engram, x, mask, _variants(kv_f32, parts, order_index, head_index, engram.wkv.out_dtype))
     key, value, dot = seen["key"][0], seen["value"][0], seen["dot"][0]
     # dot = numerator * f, numerator = sum(h * q * k * key) linear in the key, f shared by the rows
     g = x.float() * (engram.q_weight.float() * engram.k_weight.float()).detach()  # [n, hc, dim]
-    key_parts = parts[..., : hc * dim].unflatten(-1, (hc, dim))  # [n, 24, hc, dim]
     numerator = (g * key).sum(-1)  # [n, hc], with the rounded key, as dot's
     ratio = torch.where(numerator != 0, dot / numerator, torch.zeros_like(dot))
-    dot_share = torch.einsum("nsd,nrsd->nrs", g, key_parts) * ratio.unsqueeze(1)
-    value_parts = parts[..., hc * dim :]  # [n, 24, dim]
+    key_num = (parts[..., : hc * dim].unflatten(-1, (hc, dim)) * g).sum(-1)  # [24, n, hc]
+    dot_share = key_num.transpose(0, 1) * ratio.unsqueeze(1)  # [n, 24, hc]
+    value_parts = parts[..., hc * dim :]  # [24, n, dim]
     unit = value / value.norm(dim=-1, keepdim=True).clamp_min(torch.finfo(torch.float32).tiny)
+    value_by = {
+        kind: value_parts.new_zeros((int(ix.max()) + 1, *value_parts.shape[1:])).index_add_(0, ix, value_parts)
+        for kind, ix in (("order", order_index), ("head", head_index))
+    }
     return {
         "gate": seen["gate"].transpose(0, 1),  # [n, V, hc]
         "dot": dot,
         "dot_share": dot_share,
         "dot_rounding": dot - dot_share.sum(1),
-        "value_parts": value_parts,
-        "value_norm": value_parts.norm(dim=-1),
-        "value_proj": (value_parts * unit.unsqueeze(1)).sum(-1),
-        "value_rounding": (value - value_parts.sum(1)).norm(dim=-1),
+        "value_norm": value_parts.norm(dim=-1).T,
+        "value_proj": (value_parts * unit).sum(-1).T,
+        "value_rounding": (value - value_parts.sum(0)).norm(dim=-1),
+        "order_value_norm": value_by["order"].norm(dim=-1).T,
+        "head_value_norm": value_by["head"].norm(dim=-1).T,
     }
 
 
@@ -227,27 +251,21 @@ def attribute_layer(
     positions (memory bounded by :data:`CHUNK_FLOATS`); returned on the CPU."""
     layout = layout or EngramLayout(engram.config)
     orders, heads = column_owners(layout)
-    removed, spans = removal_masks(orders, heads)
     dev = engram.device
-    removed = removed.to(dev)
-    step = _chunk_size(engram, len(removed))
-    parts: list[dict] = []
+    groups = (_group_index(orders).to(dev), _group_index(heads).to(dev))
+    n_orders, n_heads = len(set(orders.tolist())), len(set(heads.tolist()))
+    n_variants = 1 + len(orders) + n_heads + 2**n_orders
+    step = _chunk_size(engram, 2 * n_variants)  # the variants and the row parts
+    out: list[dict] = []
     with torch.no_grad():
         for s in range(0, x.shape[0], step):
             sl = slice(s, s + step)
-            c = _chunk(engram, x[sl].to(dev), rows[sl].to(dev), token_mask[sl].to(dev), removed)
-            value_parts = c.pop("value_parts")
-            c["order_value_norm"] = _group_norm(value_parts, orders)
-            c["head_value_norm"] = _group_norm(value_parts, heads)
-            parts.append({k: v.cpu() for k, v in c.items()})
-    cat = {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+            c = _chunk(engram, x[sl].to(dev), rows[sl].to(dev), token_mask[sl].to(dev), groups)
+            out.append({k: v.cpu() for k, v in c.items()})
+    cat = {k: torch.cat([p[k] for p in out]) for k in out[0]}
+    spans = {"row": slice(1, 1 + len(orders)), "head": slice(1 + len(orders), 1 + len(orders) + n_heads)}
+    spans["coalition"] = slice(spans["head"].stop, n_variants)
     return _assemble(engram.layer_id, orders, heads, cat, spans)
-
-
-def _group_norm(value_parts: torch.Tensor, owner: np.ndarray) -> torch.Tensor:
-    """Norms of the summed value parts of each group of columns: ``[n, n_groups]``."""
-    ids = sorted(set(owner.tolist()))
-    return torch.stack([value_parts[:, owner == g].sum(1).norm(dim=-1) for g in ids], dim=1)
 
 
 def _assemble(
