@@ -31,7 +31,7 @@ def _strings(obj) -> list[str]:
     return []
 
 
-def test_there_are_seven_paired_notebooks():
+def test_the_notebooks_are_all_there_and_paired():
     names = [p.stem for p in NOTEBOOKS]
     assert names == [
         "01_quickstart",
@@ -41,6 +41,8 @@ def test_there_are_seven_paired_notebooks():
         "05_image_spans",
         "06_prompt_comparison",
         "07_paper_figures",
+        "08_why_this_gate",
+        "09_edit_a_memory",
     ]
     for nb in NOTEBOOKS:
         assert nb.with_suffix(".py").is_file(), f"{nb.name} has no py:percent pair"
