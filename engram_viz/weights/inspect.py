@@ -9,7 +9,7 @@ from pathlib import Path
 
 from engram_viz.config import ConfigError, EngramConfig
 from engram_viz.core.schema import EMBED_NAME, is_table_name
-from engram_viz.core.tokenizer import get_tokenizer
+from engram_viz.core.tokenizer import EngramTokenizer
 from engram_viz.errors import EngramVizError
 from engram_viz.weights.errors import CheckpointError
 from engram_viz.weights.finite import read_checked
@@ -34,7 +34,7 @@ def _check_tokenizer(scan: CheckpointScan, cfg: EngramConfig) -> dict | None:
     if path is None:
         return None
     try:
-        tok = get_tokenizer(cfg, path)
+        tok = EngramTokenizer(cfg, path)  # not the shared cache: the file as it is now
     except (EngramVizError, OSError) as err:
         return {"path": str(path), "ok": False, "error": str(err)}
     return {"path": str(path), "ok": True, "ids": tok.backend.get_vocab_size(with_added_tokens=True)}

@@ -148,8 +148,10 @@ class LazyRows(RowSource):
         for p in parts:
             where = f"{p.path}: tensor {p.name!r}"
             p.torch_dtype  # noqa: B018 - raises for unreadable dtypes
-            if len(p.shape) != 2:
-                raise CheckpointError(f"{where}: expected a 2D tensor to read by rows, got shape {list(p.shape)}")
+            if len(p.shape) != 2 or p.shape[1] == 0:
+                raise CheckpointError(
+                    f"{where}: expected a 2D tensor with columns to read by rows, got shape {list(p.shape)}"
+                )
             if p.dtype != first.dtype or p.shape[1] != first.shape[1]:
                 raise CheckpointError(
                     f"{where}: {p.dtype} {list(p.shape)} does not match the first part "

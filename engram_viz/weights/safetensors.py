@@ -213,6 +213,8 @@ def pread_into(fd: int, buf: memoryview, offset: int, what: str) -> None:
 def read_tensor(info: TensorInfo) -> torch.Tensor:
     """Read one whole tensor eagerly (CPU), bit for bit as stored."""
     dtype = info.torch_dtype
+    if info.nbytes == 0:  # no bytes to view as a wider dtype
+        return torch.empty(info.shape, dtype=dtype)
     out = np.empty(info.nbytes, dtype=np.uint8)
     fd = os.open(info.path, os.O_RDONLY)
     try:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
+import shutil
 from pathlib import Path
 
 import pytest
+from tokenizers import Tokenizer, models
 from weights_kit import SHARD
 
 from engram_viz.cli import main
@@ -60,3 +63,36 @@ def test_inspect_mp_folder(tmp_path):
     assert not by_name["layers.3.engram.wkv.weight"]["split"] and by_name["layers.3.engram.wkv.weight"]["parts"] == 4
     assert by_name["embed.weight"]["split"] and by_name["embed.weight"]["shape"] == [129280, 64]
     assert load_config("tiny").name == report["config"]
+
+
+def _tiny_tokenizer(path: Path) -> None:
+    """A valid tokenizer.json of 3 ids (not the V4 tokenizer the config needs)."""
+    tok = Tokenizer(models.WordLevel({"a": 0, "b": 1, "[UNK]": 2}, unk_token="[UNK]"))
+    tok.save(str(path))
+
+
+@pytest.mark.parametrize(
+    "case,pattern",
+    [
+        ("garbage", r"tokenizer file .*tokenizer\.json cannot be read as a tokenizer\.json"),
+        ("not utf-8", r"tokenizer file .*tokenizer\.json cannot be read"),
+        ("other vocabulary", r"tokenizer .*tokenizer\.json has 3 ids but config 'tiny' expects vocab_size=129280"),
+    ],
+)
+def test_inspect_checks_the_tokenizer(tmp_path, hf_dir, case, pattern, capsys):
+    folder = tmp_path / "ckpt"
+    shutil.copytree(hf_dir, folder)
+    tok = folder / "tokenizer.json"
+    report = inspect_checkpoint(folder)
+    assert report["valid"] is True and report["tokenizer"] == {"path": str(tok), "ok": True, "ids": 129_280}
+    if case == "garbage":
+        tok.write_text('{"version": "1.0", "model": 7}')
+    elif case == "not utf-8":
+        tok.write_bytes(b"\xff\xfe\x00garbage")
+    else:
+        _tiny_tokenizer(tok)
+    report = inspect_checkpoint(folder)
+    assert report["valid"] is False and re.search(pattern, report["error"]), report["error"]
+    with pytest.raises(SystemExit) as info:
+        main(["inspect", str(folder)])
+    assert info.value.code == 1 and "FAILED" in capsys.readouterr().out
