@@ -109,7 +109,7 @@ def cmd_corpus(args: argparse.Namespace) -> None:
 
 
 def cmd_inspect(args: argparse.Namespace) -> None:
-    report = inspect_checkpoint(args.checkpoint, args.config)
+    report = inspect_checkpoint(args.checkpoint, args.config, verify=args.verify, progress=not args.json)
     print(json.dumps(report) if args.json else format_inspect(report))
     if report["valid"] is False:
         raise SystemExit(1)
@@ -206,6 +206,9 @@ def _add_foundation_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("checkpoint", help="checkpoint folder (model.safetensors.index.json + shards, or model{i}-mp{n})")
     p.add_argument(
         "--config", default=None, help="preset or config.json to check against (default: the folder's config.json)"
+    )
+    p.add_argument(
+        "--verify", action="store_true", help="also scan every Engram tensor whole for NaN/Inf (reads every byte)"
     )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_inspect)
