@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import shutil
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 from engram_viz.config import EngramConfig, load_config
 from engram_viz.core.tokenizer import EngramTokenizer, get_tokenizer
+from engram_viz.weights.synthetic import write_synthetic_checkpoint
 
 # Property tests stay fast and reproducible: bounded examples, no deadline on a shared machine.
 settings.register_profile(
@@ -37,6 +40,19 @@ def tiny_config() -> EngramConfig:
 def tokenizer(v41_config: EngramConfig) -> EngramTokenizer:
     """The bundled V4 tokenizer with its compressed map, shared by the whole session."""
     return get_tokenizer(v41_config)
+
+
+@pytest.fixture(scope="session")
+def synthetic_hf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A synthetic ``tiny`` checkpoint (hf layout, seed 0, no tokenizer.json), written once: read it,
+    never write to it (``damaged_hf`` is the copy to damage)."""
+    return write_synthetic_checkpoint(tmp_path_factory.mktemp("synthetic") / "tiny-hf", "tiny", seed=0, tokenizer=False)
+
+
+@pytest.fixture()
+def damaged_hf(tmp_path: Path, synthetic_hf: Path) -> Path:
+    """A private copy of ``synthetic_hf`` for a test to damage."""
+    return Path(shutil.copytree(synthetic_hf, tmp_path / "ckpt"))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

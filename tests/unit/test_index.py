@@ -16,21 +16,18 @@ from engram_viz.weights.checkpoint import open_checkpoint
 from engram_viz.weights.errors import CheckpointError
 from engram_viz.weights.index import INDEX_FILE
 from engram_viz.weights.inspect import inspect_checkpoint
-from engram_viz.weights.synthetic import write_synthetic_checkpoint
 
 TABLE = "layers.3.engram.embed.weight"
 
 
-@pytest.fixture(scope="module")
-def clean(tmp_path_factory) -> Path:
-    return write_synthetic_checkpoint(tmp_path_factory.mktemp("idx") / "tiny-hf", "tiny", seed=0, tokenizer=False)
+@pytest.fixture()
+def folder(damaged_hf) -> Path:
+    return damaged_hf
 
 
 @pytest.fixture()
-def folder(tmp_path, clean) -> Path:
-    out = tmp_path / "ckpt"
-    shutil.copytree(clean, out)
-    return out
+def clean(synthetic_hf) -> Path:
+    return synthetic_hf
 
 
 def _point(folder: Path, names: tuple[str, ...], shard: str) -> None:

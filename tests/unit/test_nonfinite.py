@@ -5,7 +5,6 @@ opens, table and embedding rows when gathered (only the rows read, named by id),
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -25,16 +24,9 @@ T1, S1 = "layers.1.engram.embed.weight", "layers.1.engram.embed.scale"
 BF16_NAN, BF16_INF = b"\xc0\x7f", b"\x80\x7f"  # 0x7FC0, 0x7F80 little-endian
 
 
-@pytest.fixture(scope="module")
-def clean(tmp_path_factory) -> Path:
-    return write_synthetic_checkpoint(tmp_path_factory.mktemp("nf") / "tiny-hf", "tiny", seed=0, tokenizer=False)
-
-
 @pytest.fixture()
-def ckpt_dir(tmp_path, clean) -> Path:
-    out = tmp_path / "ckpt"
-    shutil.copytree(clean, out)
-    return out
+def ckpt_dir(damaged_hf) -> Path:
+    return damaged_hf
 
 
 @pytest.mark.parametrize("dtype", list(NONFINITE_MASK))

@@ -27,7 +27,6 @@ from engram_viz.weights.index import INDEX_FILE
 from engram_viz.weights.inspect import inspect_checkpoint
 from engram_viz.weights.rows import LazyRows
 from engram_viz.weights.safetensors import read_safetensors_header, read_tensor
-from engram_viz.weights.synthetic import write_synthetic_checkpoint
 from engram_viz.weights.tiny_folder import DEFAULT_DIR, ENGRAM_SHARD, LM_SHARD
 
 GOOD = {
@@ -105,11 +104,6 @@ def test_corrupt_safetensors_files_raise_only_named_suite_errors(raw):
             _assert_named(err, path)
 
 
-@pytest.fixture(scope="module")
-def clean(tmp_path_factory) -> Path:
-    return write_synthetic_checkpoint(tmp_path_factory.mktemp("fz") / "tiny-hf", "tiny", seed=0, tokenizer=False)
-
-
 def _linked_copy(src: Path, dst: Path, skip: tuple[str, ...] = ()) -> None:
     """``dst`` holding hard links to ``src``'s files (nothing is written to them; copies across file
     systems), but ``skip``."""
@@ -150,7 +144,8 @@ def corrupt_index(draw, weight_map: dict) -> bytes:
 
 @settings(max_examples=40)
 @given(data=st.data())
-def test_corrupt_index_files_raise_only_named_suite_errors(clean, data):
+def test_corrupt_index_files_raise_only_named_suite_errors(synthetic_hf, data):
+    clean = synthetic_hf
     weight_map = json.loads((clean / INDEX_FILE).read_text())["weight_map"]
     text = data.draw(corrupt_index(weight_map))
     with tempfile.TemporaryDirectory() as tmp:
