@@ -147,24 +147,34 @@ class Explanation:
     def groups_frame(self, position: int | None = None, layer: int | None = None) -> pd.DataFrame:
         """The tidy per-order and per-head frame (:data:`GROUP_COLUMNS`)."""
         idx, layers = self._selection(position, layer)
-        recs = []
+        parts = []
         for layer_id in layers:
             a = self.layers[layer_id]
             for kind, ids, loo, norm in (
                 ("order", a.order_ids, a.loo_order, a.order_value_norm),
                 ("head", a.head_ids, a.loo_head, a.head_value_norm),
             ):
-                share, proj = a.group(a.dot_share, kind), a.group(a.value_proj, kind)
-                for i in idx:
-                    for g, group in enumerate(ids):
-                        for s in range(share.shape[-1]):
-                            recs.append(
-                                (self.prompt, int(self.positions[i]), self.pieces[self.positions[i]], layer_id, kind,
-                                 group, s, float(a.gate[i, s]), float(share[i, g, s]), float(norm[i, g]),
-                                 float(proj[i, g]), float(loo[i, g, s]),
-                                 float(a.shapley[i, g, s]) if kind == "order" else float("nan"))
-                            )  # fmt: skip
-        return pd.DataFrame(recs, columns=list(GROUP_COLUMNS))
+                share = a.group(a.dot_share, kind)[idx]  # [P, G, hc]
+                shape = tuple(share.shape)
+                shapley = a.shapley[idx].numpy() if kind == "order" else np.full(shape, np.nan)
+                cols = {
+                    "position": np.broadcast_to(self.positions[idx][:, None, None], shape),
+                    "layer": np.full(shape, layer_id),
+                    "kind": np.full(shape, kind),
+                    "group": np.broadcast_to(np.asarray(ids)[None, :, None], shape),
+                    "stream": np.broadcast_to(np.arange(shape[2])[None, None, :], shape),
+                    "gate": a.gate[idx].unsqueeze(1).expand(shape).numpy(),
+                    "dot_share": share.numpy(),
+                    "value_norm": norm[idx].unsqueeze(-1).expand(shape).numpy(),
+                    "value_proj": a.group(a.value_proj.unsqueeze(-1), kind)[idx].expand(shape).numpy(),
+                    "loo_gate": loo[idx].numpy(),
+                    "shapley": shapley,
+                }
+                parts.append(pd.DataFrame({k: np.asarray(v).reshape(-1) for k, v in cols.items()}))
+        df = pd.concat(parts, ignore_index=True)
+        df["token"] = [self.pieces[p] for p in df["position"]]
+        df["prompt"] = self.prompt
+        return df[list(GROUP_COLUMNS)]
 
 
 def _decoded_ngrams(trace: Any, decoder: NgramDecoder, positions: np.ndarray, max_ngram: int) -> list[dict[int, str]]:
