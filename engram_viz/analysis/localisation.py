@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from engram_viz.analysis.edit_targets import EntityRows, entity_rows
+from engram_viz.analysis.row_lens import LensError
 from engram_viz.run.capture import force_gate
 from engram_viz.run.counterfactual import EditEffect, compare_edit
 from engram_viz.run.pipeline import Pipeline
@@ -45,7 +46,7 @@ def entity_localisation(
     """Ablate ``entity``'s rows (where ``text`` puts it; ``scope`` as in ``entity_rows``) and
     compare losses (module docstring)."""
     if pipeline.lm is None:
-        raise ValueError(f"knowledge localisation needs a model with an LM head; {pipeline.model_label!r} has none")
+        raise LensError(f"knowledge localisation needs a model with an LM head; {pipeline.model_label!r} has none")
     target = entity_rows(pipeline.config, pipeline.tokenizer, text, entity, occurrence, pipeline.bos, scope)
     prompts = [{"id": ENTITY_PROMPT, "text": text}] + [{"id": f"other{i}", "text": t} for i, t in enumerate(others)]
     ablated = compare_edit(pipeline, prompts, target.rows)

@@ -30,7 +30,12 @@ import torch
 
 from engram_viz.analysis.row_index import RowIndex
 from engram_viz.core.layout import EngramLayout, RowOwner
+from engram_viz.errors import EngramVizError
 from engram_viz.run.pipeline import Pipeline
+
+
+class LensError(EngramVizError, ValueError):
+    """A lens asked of a model without an LM head, or a position outside the text."""
 
 
 @dataclass
@@ -118,12 +123,10 @@ class PositionLens:
 def position_lens(pipeline: Pipeline, text: str, position: int, layer: int, k: int = 10) -> PositionLens:
     """The lens on the memory read at ``position`` of ``text`` in Engram ``layer`` (tiny LM only)."""
     if pipeline.lm is None:
-        raise ValueError(
-            f"position_lens needs a model with an LM head; {pipeline.model_label!r} has Engram layers only"
-        )
+        raise LensError(f"position_lens needs a model with an LM head; {pipeline.model_label!r} has Engram layers only")
     p = pipeline.build([text])[0]
     if not 0 <= position < len(p.input_ids):
-        raise ValueError(f"position {position} out of range; the text has positions 0..{len(p.input_ids) - 1}")
+        raise LensError(f"position {position} out of range; the text has positions 0..{len(p.input_ids) - 1}")
     ids = torch.from_numpy(p.input_ids)[None]
     types = torch.from_numpy(p.token_types)[None]
     final: list[torch.Tensor] = []

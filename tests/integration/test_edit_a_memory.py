@@ -17,7 +17,7 @@ from engram_viz.analysis.edit_targets import EditTargetError, entity_rows, head_
 from engram_viz.analysis.interference import collision_interference
 from engram_viz.analysis.localisation import ENTITY_PROMPT, PARTS, entity_localisation
 from engram_viz.analysis.row_index import RowIndex, RowIndexError
-from engram_viz.analysis.row_lens import position_lens, row_lens
+from engram_viz.analysis.row_lens import LensError, position_lens, row_lens
 from engram_viz.core.hashing import hash_prompt
 from engram_viz.core.layout import EngramLayout
 from engram_viz.run.capture import force_gate
@@ -192,3 +192,15 @@ def test_lens_interference_localisation_collateral(default_pipe, corpus_index):
     assert len(reads) < len(loc.effect.reads) and len(own) >= len(loc.entity.ngrams)
     shared = collateral_ngrams(index, loc.entity.rows)
     assert set(shared["layer"]) <= set(pipe.layer_ids) and (shared["count"] > 0).all()
+
+
+def test_lens_of_engram_only_layers():
+    """Synthetic Engram layers (no LM head): the row lens still gives owner and n-grams; the logit
+    lens and localisation say that they need a model with an LM head."""
+    pipe = Pipeline(synthetic_checkpoint("tiny", 0), streams="embedding", device="cpu")
+    lens = row_lens(pipe, pipe.layer_ids[0], 5)
+    assert lens.owner.bucket == 5 and lens.promoted is None
+    with pytest.raises(LensError, match="LM head"):
+        position_lens(pipe, TEXT, 3, pipe.layer_ids[0])
+    with pytest.raises(LensError, match="LM head"):
+        entity_localisation(pipe, TEXT, "children of Israel", [OTHER])
