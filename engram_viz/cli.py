@@ -253,7 +253,8 @@ def _add_job_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--streams",
         default="auto",
-        help="auto, model, embedding or a captured-streams .safetensors file (default: auto)",
+        help="auto, model, embedding, block0 (the checkpoint's own block 0: real layer-1 streams) "
+        "or a captured-streams .safetensors file (default: auto)",
     )
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     p.add_argument("--mode", default="fp8", choices=["fp8", "bf16"], help="wkv mode (default: fp8, the reference)")

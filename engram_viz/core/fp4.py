@@ -12,12 +12,15 @@ float32 sum differs), output bf16.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from engram_viz.core import fp8
 
 FP4_BLOCK = 32
 E2M1_GRID = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)  # magnitude by 3-bit code
 _TABLE = torch.tensor(E2M1_GRID + tuple(-v for v in E2M1_GRID), dtype=torch.float32)  # by 4-bit code
+_BYTES = torch.arange(256)
+_PAIRS = torch.stack([_TABLE[_BYTES & 0x0F], _TABLE[_BYTES >> 4]], dim=-1)  # [256, 2]: a byte's two values
 
 
 def fp4_codes(packed: torch.Tensor) -> torch.Tensor:
@@ -35,7 +38,8 @@ def dequantize_fp4(packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
         raise ValueError(
             f"fp4 weight [{n}, {2 * half}] needs a scale of shape [{n}, {2 * half // FP4_BLOCK}], got {list(scale.shape)}"
         )
-    values = _TABLE.to(packed.device)[fp4_codes(packed).long()]  # [N, K]
+    b = packed.view(torch.uint8) if packed.dtype != torch.uint8 else packed
+    values = F.embedding(b.long(), _PAIRS.to(packed.device)).flatten(-2)  # [N, K / 2, 2] -> [N, K], one lookup a byte
     return (values.unflatten(-1, (-1, FP4_BLOCK)) * scale.float().unsqueeze(-1)).flatten(-2)
 
 

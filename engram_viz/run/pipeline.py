@@ -9,7 +9,9 @@
 - **streams** (what each Engram layer reads as ``x``; its label goes into every Trace):
   ``"auto"`` (the model's own streams when the weights are a whole model, else embedding
   streams), ``"model"``, ``"embedding"`` (``streams.embedding_streams``: the token embedding
-  repeated into hc streams, a proxy for later layers), a captured-streams safetensors path
+  repeated into hc streams, a proxy for later layers), ``"block0"`` (``streams.Block0Streams``: the
+  checkpoint's own embed + block 0, the model's own streams for layer 1; later layers get the same
+  streams and their label says they need captured or attached ones), a captured-streams safetensors path
   (``streams.load_captured_streams``; the prompts are the file's ``input_ids``), or a callable
   ``fn(input_ids [B, T], token_types [B, T], layer) -> x [B, T, hc, dim]``. In the Engram-only
   modes every layer reads its own copy of the streams (layers are not chained).
@@ -43,7 +45,13 @@ from engram_viz.core.tokenizer import get_tokenizer
 from engram_viz.run.capture import DEFAULT_NAMES, ActivationCache, HookFn, HookRegistry
 from engram_viz.run.images import build_input
 from engram_viz.run.prompts import Prompt, build_prompt
-from engram_viz.run.streams import captured_layers, check_streams, embedding_streams, load_captured_streams
+from engram_viz.run.streams import (
+    Block0Streams,
+    captured_layers,
+    check_streams,
+    embedding_streams,
+    load_captured_streams,
+)
 from engram_viz.run.trace import Trace, trace_from_cache
 from engram_viz.tiny.files import load_tiny_model
 from engram_viz.weights.checkpoint import open_checkpoint
@@ -112,7 +120,7 @@ class Pipeline:
         self.checkpoint = None
         if checkpoint is None:
             checkpoint = _default_weights()
-        whole_model = not (isinstance(streams, str) and streams == "embedding") and not callable(streams)
+        whole_model = not (isinstance(streams, str) and streams in ("embedding", "block0")) and not callable(streams)
         whole_model = whole_model and not (isinstance(streams, (str, Path)) and Path(streams).suffix == ".safetensors")
         if isinstance(checkpoint, (str, Path)):
             path = Path(checkpoint)
@@ -180,6 +188,11 @@ class Pipeline:
             self.streams_mode = "embedding"
             self.streams_label = ""  # filled from streams.embedding_streams on the first run
             return
+        if streams == "block0":
+            self.streams_mode = "block0"
+            self._block0 = Block0Streams.open(self.checkpoint, self.config)
+            self.streams_label = self._block0.label
+            return
         path = Path(streams)
         if path.is_file():
             layers = captured_layers(path)
@@ -191,7 +204,7 @@ class Pipeline:
             self.streams_label = f"captured streams from {path.name}"
             return
         raise ValueError(
-            f"streams={streams!r}: expected 'auto', 'model', 'embedding', a captured-streams .safetensors file "
+            f"streams={streams!r}: expected 'auto', 'model', 'embedding', 'block0', a captured-streams .safetensors file "
             "or a callable (input_ids, token_types, layer) -> x"
         )
 
@@ -269,6 +282,10 @@ class Pipeline:
     def _streams(self, ids: torch.Tensor, types: torch.Tensor, layer: int) -> torch.Tensor:
         if self.streams_mode == "embedding":
             s = embedding_streams(self.checkpoint, ids, types)
+            self.streams_label = s.label
+            return s.x
+        if self.streams_mode == "block0":  # one block-0 pass per batch, shared by its Engram layers
+            s = self._block0(ids, types, layer)
             self.streams_label = s.label
             return s.x
         if self.streams_mode == "captured":

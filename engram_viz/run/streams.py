@@ -9,6 +9,9 @@ Three sources, each returned as a :class:`Streams` whose ``label`` every output 
     14) it is a proxy, since the real streams have passed through the blocks before them.
 (b) :func:`load_captured_streams` - real streams dumped from a full-model run (format below).
 (c) :func:`streams_from_tensor` - any tensor the user supplies.
+(d) :class:`Block0Streams` - the checkpoint's own embed + block 0 (``core.block0``), computed here:
+    the model's own streams entering the first Engram layer (layer 1), within a stated tolerance;
+    later Engram layers get the same streams, a proxy that its label names.
 
 Captured-streams file format (safetensors, written by :func:`save_captured_streams`)
 -------------------------------------------------------------------------------------
@@ -45,6 +48,9 @@ from safetensors.torch import save_file
 
 from engram_viz._files import atomic_path
 from engram_viz.config import IMAGE_END, TEXT, EngramConfig, load_config
+from engram_viz.core.block0 import Block0Source, block0_streams
+from engram_viz.weights.block0 import open_block0
+from engram_viz.weights.errors import CheckpointError
 
 STREAM_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 ID_DTYPES = (torch.int64, torch.int32)
@@ -54,7 +60,7 @@ _STREAMS_NAME = re.compile(r"^streams\.L(\d+)$")
 @dataclass
 class Streams:
     """Residual streams ``x [B, T, hc, dim]`` with an honest ``label`` and their ``source``
-    (``embedding``, ``captured`` or ``tensor``); ``layer`` is the Engram layer they enter when
+    (``embedding``, ``captured``, ``tensor`` or ``block0``); ``layer`` is the Engram layer they enter when
     known, ``input_ids``/``token_types`` ``[B, T]`` the tokens they belong to when known."""
 
     x: torch.Tensor
@@ -276,3 +282,69 @@ def streams_from_tensor(
     if token_types is not None:
         token_types = _check_token_types(token_types, "token_types", bt)
     return Streams(x, f"user tensor: {label}", "tensor", layer, input_ids, token_types)
+
+
+# -- (d) block-0 streams ---------------------------------------------------------------------------
+
+BLOCK0_GATE_TOL = 1e-2  # layer-1 gates vs a float64 block 0 (tests/integration/test_block0_streams.py)
+IMAGE_NOTE = (
+    "; image positions carry the image token's embedding, not vision features (no vision encoder is ported), "
+    "so positions at and after an image span are not the model's own streams"
+)
+
+
+class Block0Streams:
+    """Streams from the checkpoint's own embed + block 0 (``core.block0.block0_streams``), on the CPU.
+
+    ``self(raw_ids [B, T], token_types [B, T], layer) -> Streams``: the first Engram layer (which
+    must be layer 1, the output of block 0) gets the model's own streams; every later Engram layer
+    gets the same streams, labelled as a proxy. The last batch's streams are kept, so the Engram
+    layers of one batch share one block-0 pass (each routed expert read once per batch)."""
+
+    def __init__(self, weights: Block0Source, config: EngramConfig):
+        b0 = weights.config
+        mine = (b0.vocab_size, b0.dim, b0.hc_mult)
+        if mine != (config.vocab_size, config.dim, config.hc_mult):
+            raise CheckpointError(
+                f"block 0 of {weights.label} has (vocab_size, dim, hc_mult) = {mine}; config {config.name!r} "
+                f"expects {(config.vocab_size, config.dim, config.hc_mult)}"
+            )
+        first, *later = config.engram_layer_ids
+        if first != 1:
+            raise CheckpointError(
+                f"block-0 streams enter layer 1; config {config.name!r} has its first Engram layer at {first}"
+            )
+        self.weights, self.config = weights, config
+        self.label = (
+            f"block-0 streams: embed + block 0 of {weights.label}, computed here - layer 1: the model's own "
+            f"streams (layer-1 gates within {BLOCK0_GATE_TOL:g} of an exact float64 block 0)"
+        )
+        if later:
+            self.label += (
+                f"; layer {', '.join(map(str, later))}: NOT the model's own streams - computed on the same "
+                "block-0 streams (the input of layer 1), a proxy; real gates there need captured or attached "
+                "streams (a captured-streams .safetensors file or attach(model))"
+            )
+        self._last: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+
+    @classmethod
+    def open(cls, checkpoint: Any, config: EngramConfig) -> Block0Streams:
+        """From an opened checkpoint with a folder (``checkpoint.path``) holding block-0 tensors."""
+        folder = getattr(checkpoint, "path", None)
+        if folder is None:
+            raise CheckpointError(
+                f"streams='block0' reads block 0 from a checkpoint folder; {getattr(checkpoint, 'label', checkpoint)!r} "
+                "has none (in-memory weights)"
+            )
+        return cls(open_block0(folder), config)
+
+    def __call__(self, raw_ids: torch.Tensor, token_types: torch.Tensor, layer: int) -> Streams:
+        ids = _as_id_matrix(raw_ids, "raw_ids")
+        bt = (ids.shape[0], ids.shape[1])
+        _check_ids(ids, "raw_ids", bt, self.config.vocab_size)
+        types = _check_token_types(_as_id_matrix(token_types, "token_types"), "token_types", bt)
+        last = self._last
+        if last is None or not (torch.equal(last[0], ids) and torch.equal(last[1], types)):
+            self._last = last = (ids, types, block0_streams(self.weights, ids, types >= 0))
+        label = self.label + (IMAGE_NOTE if bool((types >= 0).any()) else "")
+        return Streams(last[2], label, "block0", layer, ids, types)

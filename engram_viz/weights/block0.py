@@ -24,7 +24,14 @@ from pathlib import Path
 import torch
 
 from engram_viz.core import fp4, fp8
-from engram_viz.core.block0_config import PREFIX, Block0Config, dense_tensors, expert_names, expert_tensors
+from engram_viz.core.block0_config import (
+    PREFIX,
+    V41_FLASH_BLOCK0,
+    Block0Config,
+    dense_tensors,
+    expert_names,
+    expert_tensors,
+)
 from engram_viz.core.schema import EMBED_NAME
 from engram_viz.weights.embedding import TokenEmbedding
 from engram_viz.weights.errors import CheckpointError
@@ -57,9 +64,7 @@ def _locate(folder: Path) -> dict[str, TensorInfo]:
     return found
 
 
-def _check(info: TensorInfo | None, name: str, dtype: str, shape: tuple[int, ...], where: Path) -> TensorInfo:
-    if info is None:
-        raise CheckpointError(f"checkpoint {where}: block-0 tensor {name!r} ({dtype} {list(shape)}) is missing")
+def _check(info: TensorInfo, name: str, dtype: str, shape: tuple[int, ...]) -> TensorInfo:
     if dtype == "F4" and info.dtype in FP4_PACKED:
         want_shape, ok = (shape[0], shape[1] // 2), True
     else:
@@ -144,17 +149,36 @@ def open_block0(path: str | Path, config: Block0Config | None = None, label: str
     ``config`` is given); every block-0 tensor's name, dtype and shape is checked now, no data read."""
     folder = Path(path)
     folder = folder.parent if folder.is_file() else folder
+    infos = _locate(folder)
+    if not any(n.startswith(PREFIX) for n in infos):
+        raise CheckpointError(
+            f"checkpoint {folder} has no block-0 tensors (no '{PREFIX}*' name in its shards): block-0 streams "
+            f"need {PREFIX}hc_attn_*, hc_ffn_*, attn_norm, ffn_norm, attn.*, ffn.gate.*, ffn.shared_experts.* and "
+            f"ffn.experts.{{e}}.* ({_count(V41_FLASH_BLOCK0)} tensors in V4.1-Flash) and {EMBED_NAME}"
+            f"{'' if EMBED_NAME in infos else ' (missing too)'}"
+        )
     if config is None:
         raw = read_json(folder / "config.json", "config file")
         config = Block0Config.from_dict(raw, str(folder / "config.json"))
-    infos = _locate(folder)
     want = {**dense_tensors(config), EMBED_NAME: ("BF16", (config.vocab_size, config.dim))}
     for e in range(config.n_routed_experts):
         want.update(expert_tensors(config, e))
-    checked = {name: _check(infos.get(name), name, dt, shape, folder) for name, (dt, shape) in want.items()}
+    missing = [f"{n!r} ({dt} {list(shape)})" for n, (dt, shape) in want.items() if n not in infos]
+    if missing:
+        more = f", and {len(missing) - 4} more" if len(missing) > 4 else ""
+        raise CheckpointError(
+            f"checkpoint {folder}: {len(missing)} of {len(want)} block-0 tensors are missing: "
+            f"{', '.join(missing[:4])}{more}"
+        )
+    checked = {name: _check(infos[name], name, dt, shape) for name, (dt, shape) in want.items()}
     synthetic = (folder / MARKER_FILE).is_file()
     label = label or (f"{'SYNTHETIC ' if synthetic else ''}block 0 + embed.weight of {folder}")
     return Block0Weights(folder, config, checked, label, synthetic)
+
+
+def _count(config: Block0Config) -> int:
+    """How many tensors block 0 has (routed experts included), the embedding not counted."""
+    return len(dense_tensors(config)) + config.n_routed_experts * len(expert_tensors(config, 0))
 
 
 def has_block0(path: str | Path) -> bool:

@@ -3,6 +3,8 @@ included), against the independent float64 formulation in tests/block0_kit.py.""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from block0_kit import SMALL, F64Block0, load_all
@@ -115,7 +117,10 @@ def test_fp4_nibble_order_and_scales():
     assert fp4.dequantize_fp4(fp4.encode_fp4(x), scale)[0, :6].tolist() == [0.0, 2.0, 4.0, -8.0, 8.0, 12.0]
 
 
-def test_missing_or_wrong_block0_tensor_is_named(tmp_path):
-    folder = write_synthetic_checkpoint(tmp_path / "plain", "tiny", seed=0)
-    with pytest.raises(CheckpointError, match=r"block-0 tensor 'layers\.0\..*' .* is missing"):
-        open_block0(folder, SMALL)
+def test_missing_or_wrong_block0_tensor_is_named(tmp_path, folder):
+    plain = write_synthetic_checkpoint(tmp_path / "plain", "tiny", seed=0)
+    with pytest.raises(CheckpointError, match=r"has no block-0 tensors .*layers\.0\.hc_attn_\*"):
+        open_block0(plain, SMALL)
+    more = replace(SMALL, n_routed_experts=SMALL.n_routed_experts + 1)  # expert 8 is not in the folder
+    with pytest.raises(CheckpointError, match=r"6 of \d+ block-0 tensors are missing: 'layers\.0\.ffn\.experts\.8\.w1"):
+        open_block0(folder, more)
