@@ -293,20 +293,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _one_line(err: BaseException) -> str:
-    """The error's message on one line (a multi-line message joined with spaces)."""
+    """The error's message on one line (a multi-line message joined with spaces); a bare OSError
+    (``[Errno 21] Is a directory: 'x'``) reads ``x: Is a directory``."""
+    if isinstance(err, OSError) and not isinstance(err, EngramVizError) and err.strerror and err.filename:
+        names = " -> ".join(str(f) for f in (err.filename, err.filename2) if f is not None)
+        return f"{names}: {err.strerror}"
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
     return " ".join(lines) or type(err).__name__
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run one sub-command; a user error (any ``EngramVizError``, a bad value, a file that cannot be
-    read or written) ends it with one line on stderr and exit code 2, without a traceback."""
+    read or written) ends it with one line on stderr and exit code 2, without a traceback; Ctrl-C
+    with one line and exit code 130 (an output folder is then left as it was)."""
     args = build_parser().parse_args(argv)
     try:
         args.func(args)
     except BrokenPipeError:  # output piped into `head` and the like: stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except KeyboardInterrupt:
+        print(f"engram-viz {args.command}: interrupted", file=sys.stderr)
+        return 130
     except (EngramVizError, ValueError, TypeError, OSError) as err:
         print(f"engram-viz {args.command}: error: {_one_line(err)}", file=sys.stderr)
         return 2

@@ -9,6 +9,8 @@ variable                        meaning (default)
                                 (unset: the embedded default weights)
 ``ENGRAM_VIZ_CORPUS_TOKENS``    tokens the notebooks read per corpus file (60,000)
 ``ENGRAM_VIZ_FIGURES_DIR``      where notebook 07 writes figures (``figures/`` at the repository root)
+``ENGRAM_VIZ_PAUSE_AT``         tests only: a job stage (``report:tables``, ``corpus:counted``, ``swap``...)
+                                where ``report``/``corpus`` stop and wait to be interrupted (unset)
 ==============================  =====================================================================
 
 Each is read when asked for (never at import), so a test or a notebook may set it late.
@@ -17,6 +19,8 @@ Each is read when asked for (never at import), so a test or a notebook may set i
 from __future__ import annotations
 
 import os
+import sys
+import time
 from pathlib import Path
 
 from engram_viz.errors import EngramVizError
@@ -25,6 +29,8 @@ CACHE = "ENGRAM_VIZ_CACHE"
 CHECKPOINT = "ENGRAM_VIZ_CHECKPOINT"
 CORPUS_TOKENS = "ENGRAM_VIZ_CORPUS_TOKENS"
 FIGURES_DIR = "ENGRAM_VIZ_FIGURES_DIR"
+PAUSE_AT = "ENGRAM_VIZ_PAUSE_AT"
+PAUSE_S = 300.0  # long enough for a test to interrupt the job; it goes on afterwards
 
 
 class SettingError(EngramVizError, ValueError):
@@ -37,7 +43,12 @@ def cache_dir() -> Path:
         os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "engram-viz"
     )
     path = Path(root)
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        why = "it is a file" if path.exists() else (err.strerror or str(err))
+        source = f"${CACHE}={root}" if os.environ.get(CACHE) else f"the cache folder {root}"
+        raise SettingError(f"{source}: expected a folder for derived files, cannot use it: {why}") from None
     return path
 
 
@@ -64,3 +75,11 @@ def figures_dir() -> Path | None:
     """``$ENGRAM_VIZ_FIGURES_DIR`` as a path, or None when unset or empty."""
     raw = os.environ.get(FIGURES_DIR)
     return Path(raw) if raw else None
+
+
+def pause_at(stage: str) -> None:
+    """Test hook of the interrupt tests: when ``$ENGRAM_VIZ_PAUSE_AT`` names ``stage``, say so on
+    stderr and wait there (a test then sends SIGINT or SIGKILL); otherwise return at once."""
+    if os.environ.get(PAUSE_AT) == stage:
+        print(f"engram-viz: paused at {stage} (pid {os.getpid()})", file=sys.stderr, flush=True)
+        time.sleep(PAUSE_S)

@@ -10,7 +10,9 @@ n-grams (``NgramCounts``, counted by ``corpus_counts``), from which ``RowUsage``
 document is one sequence (``corpus_counts``). **Default corpus** (``corpus_sources``): the King
 James Bible and the Chinese Debian Reference, built from Debian packages.
 
-**Output** (``DIR``): every table as ``NAME.parquet`` and ``NAME.csv`` (written atomically):
+**Output** (``DIR``, all or nothing: built beside it and swapped in whole when complete, under a
+lock against a second run into it, by ``engram_viz._files.atomic_folder``): every table as
+``NAME.parquet`` and ``NAME.csv``:
 ``row_usage_columns``, ``row_usage_hit_histogram``, ``row_usage_rank_frequency``,
 ``row_usage_hot_rows`` (schemas in ``usage``), ``collisions_columns``, ``collisions_heads_shared``,
 ``collisions_examples``, ``collisions_top_ngrams`` (schemas in ``collisions``), ``corpus_files``
@@ -29,7 +31,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from engram_viz._files import atomic_write_text, write_table
+from engram_viz import settings
+from engram_viz._files import atomic_folder, atomic_write_text, write_table
 from engram_viz.analysis.collisions import CollisionStats, analyse_together
 from engram_viz.analysis.corpus_counts import CorpusStats, count_corpus
 from engram_viz.analysis.corpus_sources import default_corpus_files, default_corpus_sources
@@ -68,46 +71,48 @@ def run_corpus(
     progress: bool = True,
 ) -> CorpusResult:
     """The ``engram-viz corpus`` job: count ``files`` (None: ``default_corpus_files()``), derive
-    the row-usage and collision tables, write them and ``summary.json`` to ``out_dir``."""
+    the row-usage and collision tables, write them and ``summary.json`` to ``out_dir`` (whole, or
+    not at all)."""
     cfg = load_config(config)
-    tok = tokenizer if tokenizer is not None else get_tokenizer(cfg)
-    default = files is None
-    files = default_corpus_files() if default else [Path(f) for f in files]
-    stats = count_corpus(files, cfg, tok, max_tokens, text_field, doc_mode, bos, progress=progress)
-    t0 = time.perf_counter()
-    usage = RowUsage(cfg, stats.counts)
-    collisions = CollisionStats(cfg, stats.counts)  # shares the counts: nothing more is added
-    analyse_together(usage, collisions, top=top)  # one pass over the columns for both
-    decoder = NgramDecoder(tok, stats.counts.pad_id, stats.raw_counts)  # show each id as its commonest form
-    tables = {f"row_usage_{k}": v for k, v in usage.to_frame(top=top, tokenizer=decoder).items()}
-    tables.update({f"collisions_{k}": v for k, v in collisions.to_frame(tokenizer=decoder).items()})
-    tables["corpus_files"] = pd.DataFrame(stats.files, columns=["path", "format", "bytes", "documents", "tokens"])
-    analysis_s = time.perf_counter() - t0
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for name, df in tables.items():
-        write_table(df, out_dir, name)
-    if save_counts:
-        stats.counts.save(out_dir / "ngram_counts.npz")
-    summary = {
-        "config": cfg.name,
-        "files": stats.files,
-        "default_corpus": default_corpus_sources() if default else None,
-        "doc_mode": doc_mode,
-        "text_field": text_field,
-        "bos": bos,
-        "max_tokens": max_tokens,
-        "truncated": stats.truncated,
-        "tokens": stats.tokens,
-        "documents": stats.documents,
-        "distinct_ngrams": {str(n): stats.counts.n_distinct(n) for n in cfg.ngram_orders},
-        "count_s": round(stats.elapsed_s, 3),
-        "analysis_s": round(analysis_s, 3),
-        "tokens_per_s": round(stats.tokens / max(stats.elapsed_s, 1e-9)),
-        "peak_rss_mb": round(peak_rss_mb(), 1),
-        "row_usage": usage.summary(),
-        "collisions": collisions.summary(),
-        "tables": sorted(tables),
-    }
-    atomic_write_text(out_dir / "summary.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
-    return CorpusResult(stats, usage, collisions, tables, summary, out_dir)
+    with atomic_folder(out_dir, marker="summary.json", pause=settings.pause_at) as build:
+        tok = tokenizer if tokenizer is not None else get_tokenizer(cfg)
+        default = files is None
+        files = default_corpus_files() if default else [Path(f) for f in files]
+        stats = count_corpus(files, cfg, tok, max_tokens, text_field, doc_mode, bos, progress=progress)
+        settings.pause_at("corpus:counted")
+        t0 = time.perf_counter()
+        usage = RowUsage(cfg, stats.counts)
+        collisions = CollisionStats(cfg, stats.counts)  # shares the counts: nothing more is added
+        analyse_together(usage, collisions, top=top)  # one pass over the columns for both
+        decoder = NgramDecoder(tok, stats.counts.pad_id, stats.raw_counts)  # show each id as its commonest form
+        tables = {f"row_usage_{k}": v for k, v in usage.to_frame(top=top, tokenizer=decoder).items()}
+        tables.update({f"collisions_{k}": v for k, v in collisions.to_frame(tokenizer=decoder).items()})
+        tables["corpus_files"] = pd.DataFrame(stats.files, columns=["path", "format", "bytes", "documents", "tokens"])
+        analysis_s = time.perf_counter() - t0
+        for name, df in tables.items():
+            write_table(df, build, name)
+        if save_counts:
+            stats.counts.save(build / "ngram_counts.npz")
+        settings.pause_at("corpus:tables")
+        summary = {
+            "config": cfg.name,
+            "files": stats.files,
+            "default_corpus": default_corpus_sources() if default else None,
+            "doc_mode": doc_mode,
+            "text_field": text_field,
+            "bos": bos,
+            "max_tokens": max_tokens,
+            "truncated": stats.truncated,
+            "tokens": stats.tokens,
+            "documents": stats.documents,
+            "distinct_ngrams": {str(n): stats.counts.n_distinct(n) for n in cfg.ngram_orders},
+            "count_s": round(stats.elapsed_s, 3),
+            "analysis_s": round(analysis_s, 3),
+            "tokens_per_s": round(stats.tokens / max(stats.elapsed_s, 1e-9)),
+            "peak_rss_mb": round(peak_rss_mb(), 1),
+            "row_usage": usage.summary(),
+            "collisions": collisions.summary(),
+            "tables": sorted(tables),
+        }
+        atomic_write_text(build / "summary.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    return CorpusResult(stats, usage, collisions, tables, summary, Path(out_dir))

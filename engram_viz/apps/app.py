@@ -17,7 +17,9 @@ server that sent it. ``tests/acceptance/test_browser.py`` checks that in Chromiu
 **Access.** The server binds ``host`` (127.0.0.1 unless told otherwise) and, unless ``token=''``,
 requires a random token that is part of the URL it prints: a Voila page runs a kernel, so other
 users of a shared machine should not reach it; its kernels talk to it over unix sockets in a
-private folder, not TCP ports. ``port=0`` takes any free port.
+private folder, not TCP ports. ``port=0`` takes any free port. Any other host than a loopback one
+(``0.0.0.0``, ``::``, a LAN address) prints a warning first: the page and its kernels are then
+reachable from other machines (by whoever has the URL with its token).
 
 What the server needs on disk (the notebook, the page template and a kernel spec that runs this
 interpreter) is written to a temporary folder that is removed when the server stops.
@@ -26,6 +28,7 @@ interpreter) is written to a temporary folder that is removed when the server st
 from __future__ import annotations
 
 import errno
+import ipaddress
 import json
 import os
 import secrets
@@ -152,6 +155,27 @@ def _url(host: str, port: int, token: str) -> str:
     return f"http://{shown}:{port}/" + (f"?token={token}" if token else "")
 
 
+def exposure_warning(host: str) -> str | None:
+    """A warning when ``host`` is not a loopback address (None for 127.0.0.1, ::1, localhost)."""
+    name = host.strip().strip("[]")
+    if name.lower() == "localhost":
+        return None
+    try:
+        addr = ipaddress.ip_address(name)
+    except ValueError:
+        addr = None
+    if addr is not None and addr.is_loopback:
+        return None
+    if name == "" or (addr is not None and addr.is_unspecified):
+        where = f"--host {host or repr(host)} binds every network interface of this machine"
+    else:
+        where = f"--host {host} is not a loopback address"
+    return (
+        f"engram-viz app: warning: {where}: other machines can reach the app (and run code in its "
+        "kernels) with the URL and its token; use --host 127.0.0.1 to keep it on this machine"
+    )
+
+
 def bind(port: int = DEFAULT_PORT, host: str = DEFAULT_HOST) -> list:
     """Listening sockets on ``host:port`` (port 0: any free one), or a clear error naming them."""
     from tornado.netutil import bind_sockets
@@ -188,6 +212,9 @@ def serve(
     from voila.app import Voila
 
     ckpt = _check_checkpoint(checkpoint)
+    warning = exposure_warning(host)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
     sockets = bind(port, host)
     bound = int(sockets[0].getsockname()[1])
     token = secrets.token_hex(16) if token is None else str(token)

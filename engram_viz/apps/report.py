@@ -18,7 +18,10 @@ default weights or a checkpoint folder, and writes into ``out``::
     manifest.json             provenance (model and weights, stream source, prompt file, versions)
                               and every file written
 
-Every file is written atomically (``engram_viz._files``). The page and the manifest say which model
+The folder is all or nothing (``engram_viz._files.atomic_folder``): the run is built in a hidden
+folder beside ``out`` and swapped in when complete, so ``out`` always holds one whole run (the
+previous one after a failed or interrupted run, none if there was none) and a rerun with other
+prompts leaves no stale file; a second run into the same ``out`` meanwhile fails at once. The page and the manifest say which model
 and weights and which stream source produced them; synthetic weights are flagged. The tables come
 from :mod:`engram_viz.analysis.gate_summary`, :class:`RowUsage` and :class:`CollisionStats`; the
 page from :mod:`engram_viz.viz.report_page`.
@@ -42,7 +45,8 @@ from typing import Any
 import pandas as pd
 import torch
 
-from engram_viz._files import atomic_write_text, write_table
+from engram_viz import settings
+from engram_viz._files import atomic_folder, atomic_write_text, write_table
 from engram_viz.analysis.collisions import CollisionStats
 from engram_viz.analysis.exposure import collision_exposure
 from engram_viz.analysis.gate_summary import gate_summary
@@ -92,16 +96,6 @@ class Report:
 
 
 # The job's steps, in the order write_report runs them.
-
-
-def _output_folder(out: str | Path) -> Path:
-    """``out``, created; a ReportError naming it when it cannot be (a file in the way, no permission)."""
-    out = Path(out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise ReportError(f"cannot create the output folder {str(out)!r}: {err.strerror or err}") from err
-    return out
 
 
 def accumulate(trace: Trace, config: EngramConfig) -> tuple[RowUsage, CollisionStats]:
@@ -317,12 +311,25 @@ def write_report(
 ) -> Report:
     """Run the prompt set and write the report into ``out`` (see the module docstring)."""
     say = log or (lambda msg: None)
-    out = _output_folder(out)
+    final = Path(out)
+    with atomic_folder(final, marker="manifest.json", pause=settings.pause_at) as build:
+        report = _build_report(build, checkpoint, prompts, device, mode, theme, streams, batch_size, progress, say)
+    report = _moved(report, build, final)
+    say(f"wrote {report.html}")
+    return report
+
+
+def _build_report(
+    out: Path, checkpoint: Any, prompts: str | Path | None, device: str | None, mode: str, theme: str,
+    streams: str, batch_size: int, progress: bool, say: Callable[[str], None],
+) -> Report:  # fmt: skip
+    """The whole job, written into ``out`` (the folder being built)."""
     prompts_file = Path(prompts) if prompts is not None else DEFAULT_PROMPTS
     prompt_set = load_prompts(prompts_file)
     say(f"loading weights ({'default' if checkpoint is None else checkpoint})")
     pipe = Pipeline(checkpoint, streams=streams, device=device, mode=mode, batch_size=batch_size)
     say(f"running {len(prompt_set)} prompts on {pipe.device}")
+    settings.pause_at("report:run")
     trace = pipe.run(prompt_set, names=["engram.*.dot"], progress=progress)
     trace.extras["exposure"] = collision_exposure(trace, pipe.config)
 
@@ -330,6 +337,7 @@ def write_report(
     trace.save(out / "trace")
     frames, usage = _report_frames(trace, pipe)
     tables = {name: write_table(df, out / "tables", name) for name, df in frames.items()}
+    settings.pause_at("report:tables")
 
     say("drawing figures")
     specs = {**_gate_figures(trace, frames["gates"], theme), **_row_figures(frames, usage, pipe.config, theme)}
@@ -338,14 +346,27 @@ def write_report(
         say(
             f"figures draw {len(missing_glyphs)} characters as boxes (no installed font has them): {', '.join(missing_glyphs)}"
         )
+    settings.pause_at("report:figures")
 
     prov = _provenance(trace, pipe, prompts_file, mode, missing_glyphs)
     _write_manifest(out, prov, tables, figures)
     html_path = _write_page(render_html(prov, frames, figures, _token_sections(trace, frames, theme), out), out)
-    say(f"wrote {html_path}")
     return Report(
         out=out, html=html_path, tables=tables, figures={k: v[0] for k, v in figures.items()}, trace=trace,
         provenance=prov,
+    )  # fmt: skip
+
+
+def _moved(report: Report, build: Path, final: Path) -> Report:
+    """``report`` with its paths under ``final``, where the built folder now is."""
+
+    def move(paths: list[Path]) -> list[Path]:
+        return [final / p.relative_to(build) for p in paths]
+
+    return Report(
+        out=final, html=final / report.html.relative_to(build),
+        tables={k: move(v) for k, v in report.tables.items()},
+        figures={k: move(v) for k, v in report.figures.items()}, trace=report.trace, provenance=report.provenance,
     )  # fmt: skip
 
 

@@ -11,7 +11,17 @@ import jinja2
 import nbformat
 import pytest
 
-from engram_viz.apps.app import KERNEL, LABEXTENSIONS, TEMPLATE, _url, bind, build_widget, serve, write_app_files
+from engram_viz.apps.app import (
+    KERNEL,
+    LABEXTENSIONS,
+    TEMPLATE,
+    _url,
+    bind,
+    build_widget,
+    exposure_warning,
+    serve,
+    write_app_files,
+)
 from engram_viz.cli import build_parser, main
 
 
@@ -41,6 +51,31 @@ def test_a_busy_port_is_a_clear_error():
         port = s.getsockname()[1]
         with pytest.raises(ValueError, match=rf"port {port} on 127.0.0.1 is in use"):
             serve(port=port)
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "::1", "localhost", "[::1]"])
+def test_a_loopback_host_gets_no_warning(host):
+    assert exposure_warning(host) is None
+
+
+@pytest.mark.parametrize(
+    ("host", "says"),
+    [("0.0.0.0", "every network interface"), ("::", "every network interface"), ("", "every network interface"),
+     ("192.168.1.5", "not a loopback"), ("myhost.example.org", "not a loopback")],
+)  # fmt: skip
+def test_a_host_other_machines_reach_is_warned_about(host, says):
+    warning = exposure_warning(host)
+    assert warning.startswith("engram-viz app: warning: ") and says in warning and "--host 127.0.0.1" in warning
+
+
+def test_the_cli_warns_before_binding_every_interface(capsys):
+    with socket.socket() as s:
+        s.bind(("0.0.0.0", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        assert main(["app", "--host", "0.0.0.0", "--port", str(port)]) == 2
+    warning, error = capsys.readouterr().err.splitlines()
+    assert "binds every network interface" in warning and f"port {port} on 0.0.0.0 is in use" in error
 
 
 def test_bind_port_zero_takes_a_free_loopback_port():

@@ -1,11 +1,13 @@
 """The CLI turns every user error into one line on stderr and exit code 2, never a traceback:
 a bad --checkpoint path, a corrupt checkpoint header, an output folder that cannot be written,
-a missing CJK font."""
+a cache that cannot be used, a garbage tokenizer.json, a missing CJK font. Outputs take the
+umask's permissions."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +18,9 @@ import engram_viz.apps.report as report_module
 import engram_viz.viz.style as style_module
 from engram_viz.apps.report import ReportError
 from engram_viz.cli import main
+from engram_viz.core.tokenizer import EngramTokenizer
 from engram_viz.errors import EngramVizError
+from engram_viz.settings import CACHE
 from engram_viz.viz.export import ExportError
 from engram_viz.viz.style import CJKFontMissingError
 
@@ -116,3 +120,90 @@ def test_help_imports_no_optional_dependency():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
     assert proc.stdout.strip() == "[]", proc.stdout
+
+
+def _blocked_out(tmp_path: Path, case: str) -> tuple[list[str], str, str]:
+    """(argv, what the error line must name, what it must say) for one blocked output folder."""
+    afile = tmp_path / "afile"
+    afile.write_text("not a folder\n")
+    text = tmp_path / "x.txt"
+    text.write_text("In the beginning.\n")
+    mine = tmp_path / "thesis"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("precious")
+    corpus = ["corpus", str(text), "--no-progress", "--out"]
+    return {
+        "report_out_is_a_file": (["report", "--quiet", "--out", str(afile)], str(afile), "it is a file"),
+        "corpus_out_under_a_file": (corpus + [str(afile / "sub")], str(afile / "sub"), "is a file, not a folder"),
+        "report_out_of_something_else": (["report", "--quiet", "--out", str(mine)], str(mine), "no manifest.json"),
+        "corpus_out_of_something_else": (corpus + [str(mine)], str(mine), "no summary.json"),
+    }[case]
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["report_out_is_a_file", "corpus_out_under_a_file", "report_out_of_something_else", "corpus_out_of_something_else"],
+)
+def test_an_output_folder_that_cannot_be_used(tmp_path, capsys, case):
+    argv, names, says = _blocked_out(tmp_path, case)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    assert main(argv) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"engram-viz {argv[0]}: error: ") and names in line and says in line, line
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # nothing written
+
+
+def test_a_garbage_tokenizer_json(tmp_path, capsys):
+    garbage = tmp_path / "tokenizer.json"
+    garbage.write_text("{garbage")
+    for argv in (
+        ["hash", "hi", "--tokenizer", str(garbage)],
+        ["corpus", "--tokenizer", str(garbage), "--out", str(tmp_path / "x")],
+    ):
+        assert main(argv) == 2
+        (line,) = capsys.readouterr().err.splitlines()
+        assert str(garbage) in line and "cannot be read as a tokenizer.json" in line
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_cache_that_is_a_file_or_holds_a_folder_for_a_file(tmp_path, monkeypatch):
+    """$ENGRAM_VIZ_CACHE pointing at a file; a cached token map whose path is a folder. The map
+    itself is written with the umask's permissions."""
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    env = {**os.environ, CACHE: str(afile)}
+    proc = subprocess.run([sys.executable, "-m", "engram_viz.cli", "hash", "hi"], env=env, capture_output=True,
+                          text=True, timeout=300, check=False)  # fmt: skip
+    assert_one_line_error(proc, "hash", f"${CACHE}={afile}", "it is a file")
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv(CACHE, str(cache))
+    old = os.umask(0o022)
+    try:
+        EngramTokenizer("v41-flash")  # builds and caches the token map
+    finally:
+        os.umask(old)
+    written = [p for p in cache.iterdir() if p.is_file()]
+    assert written and all(stat.S_IMODE(p.stat().st_mode) == 0o644 for p in written)
+    (token_map,) = cache.glob("token_map-*.npy")
+    for p in written:
+        p.unlink()
+    token_map.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "engram_viz.cli", "hash", "hi", "--config", "v41-flash"],
+                          env={**os.environ, CACHE: str(cache)}, capture_output=True, text=True, timeout=300,
+                          check=False)  # fmt: skip
+    assert_one_line_error(proc, "hash", str(token_map), "a folder is in the way")
+
+
+def test_corpus_outputs_take_the_umask_modes(tmp_path, capsys):
+    text = tmp_path / "x.txt"
+    text.write_text("In the beginning.\n")
+    out = tmp_path / "out"
+    old = os.umask(0o022)
+    try:
+        assert main(["corpus", str(text), "--out", str(out), "--no-progress", "--save-counts"]) == 0
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o755
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in out.iterdir()}
+    assert "ngram_counts.npz" in modes and set(modes.values()) == {0o644}, modes
