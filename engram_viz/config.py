@@ -26,6 +26,18 @@ class ConfigError(EngramVizError, ValueError):
     """A config file is missing, unreadable or inconsistent."""
 
 
+# fields that count something: at least 1
+_POSITIVE = (
+    "vocab_size", "dim", "hc_mult", "n_layers", "engram_vocab_size", "engram_compressed_vocab_size",
+    "engram_n_heads", "engram_head_dim", "vision_patch_size", "vision_downsample_ratio",
+)  # fmt: skip
+
+
+def _require(config: EngramConfig, field: str, ok: bool, expected: str) -> None:
+    if not ok:
+        raise ConfigError(f"config {config.name!r}: {field}={getattr(config, field)!r} {expected}")
+
+
 @dataclass(frozen=True)
 class EngramConfig:
     """The Engram-relevant part of a model config (names follow ``config.json``)."""
@@ -49,13 +61,34 @@ class EngramConfig:
     vision_downsample_ratio: int = 3
     vision_max_n_token: int = 1024
     vision_min_pixels: int = 295936
+    vision_max_wh_ratio: float | None = None  # null for V4.1-Flash: no cap on width / height
 
     def __post_init__(self) -> None:
-        if len(self.engram_num_embeddings) != len(self.engram_layer_ids):
+        """Every field in range and consistent with the others (the primes' check needs the layout:
+        ``core.layout.EngramLayout.check_against_config``, run by every hasher)."""
+        for field in _POSITIVE:
+            _require(self, field, getattr(self, field) >= 1, "must be at least 1")
+        _require(self, "vision_max_n_token", self.vision_max_n_token >= 4, "must be at least 4 (a 1x1 image span)")
+        _require(self, "vision_min_pixels", self.vision_min_pixels >= 0, "must be at least 0")
+        _require(self, "norm_eps", 0 < self.norm_eps < float("inf"), "must be a positive finite number")
+        _require(self, "vision_max_wh_ratio", self.vision_max_wh_ratio is None or self.vision_max_wh_ratio > 0,
+                 "must be null or a positive number")  # fmt: skip
+        for field in ("engram_pad_id", "image_token_id"):
+            value = getattr(self, field)
+            _require(self, field, 0 <= value < self.vocab_size, f"must be a raw token id in 0..{self.vocab_size - 1}")
+        _require(self, "engram_compressed_vocab_size", self.engram_compressed_vocab_size <= self.vocab_size,
+                 f"must be at most vocab_size={self.vocab_size} (raw ids merge, never split)")  # fmt: skip
+        ids = self.engram_layer_ids
+        _require(self, "engram_layer_ids", len(ids) >= 1 and len(set(ids)) == len(ids), "must list distinct layers")
+        _require(self, "engram_layer_ids", all(0 <= n < self.n_layers for n in ids),
+                 f"must be layer ids in 0..n_layers-1 = 0..{self.n_layers - 1}")  # fmt: skip
+        if len(self.engram_num_embeddings) != len(ids):
             raise ConfigError(
                 f"config {self.name!r}: engram_num_embeddings has {len(self.engram_num_embeddings)} "
-                f"entries, expected one per engram layer ({len(self.engram_layer_ids)})"
+                f"entries, expected one per engram layer ({len(ids)})"
             )
+        _require(self, "engram_num_embeddings", all(n >= 1 for n in self.engram_num_embeddings),
+                 "must be positive row counts")  # fmt: skip
         if self.engram_head_dim % FP8_BLOCK_SIZE:
             raise ConfigError(
                 f"config {self.name!r}: engram_head_dim={self.engram_head_dim} must be a multiple "
@@ -78,7 +111,12 @@ class EngramConfig:
         return tuple(range(2, self.engram_max_ngram_size + 1))
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The fields as a dict; ``vision_max_wh_ratio`` only when set, so a config without it has
+        the dict (and the digests made from it, e.g. cache folder names) it had before the field."""
+        out = asdict(self)
+        if out["vision_max_wh_ratio"] is None:
+            del out["vision_max_wh_ratio"]
+        return out
 
     @classmethod
     def from_dict(cls, raw: dict, name: str) -> EngramConfig:
@@ -98,10 +136,14 @@ class EngramConfig:
         if path.is_dir():
             path = path / "config.json"
         try:
-            raw = json.loads(path.read_text())
+            raw = json.loads(path.read_bytes().decode("utf-8"))
         except FileNotFoundError:
             raise ConfigError(f"config file {path} does not exist") from None
-        except json.JSONDecodeError as err:
+        except OSError as err:
+            raise ConfigError(f"config file {path} cannot be read: {err.strerror or err}") from None
+        except UnicodeDecodeError as err:
+            raise ConfigError(f"config file {path} is not UTF-8 text (byte offset {err.start})") from None
+        except (ValueError, RecursionError) as err:  # JSONDecodeError, or an integer of over 4,300 digits
             raise ConfigError(f"config file {path} is not valid JSON: {err}") from None
         return cls.from_dict(raw, name or str(path))
 
@@ -120,10 +162,12 @@ def _checked(name: str, field: str, kind: str, value: object) -> object:
         if _is_int(value):
             return value
         expected = "an integer"
-    elif kind == "float":
+    elif kind in ("float", "float | None"):
+        if value is None and kind == "float | None":
+            return None
         if _is_int(value) or isinstance(value, float):
             return float(value)
-        expected = "a number"
+        expected = "a number" if kind == "float" else "a number or null"
     else:
         return value
     raise ConfigError(f"config {name!r}: {field}={value!r} must be {expected}")

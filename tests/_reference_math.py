@@ -36,14 +36,24 @@ def e4m3_value(byte: int) -> float:
     return sign * (1 + man / 8) * 2.0 ** (exp - 7)
 
 
+def kernel_scale(amax: np.ndarray) -> np.ndarray:
+    """The kernel's ``fast_round_scale`` of float32 ``amax``: x = amax * (1/448), both float32 and the
+    product rounded to float32; the scale is the power of two at or above x, found exactly with
+    frexp (x = m * 2**e, m in [0.5, 1): x itself when m == 0.5, else 2**e)."""
+    x = (np.asarray(amax, dtype=np.float32) * np.float32(1.0 / E4M3_MAX)).astype(np.float64)
+    m, e = np.frexp(x)
+    return np.where(m == 0.5, x, np.ldexp(1.0, e))
+
+
 def act_quant(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per 32 values along the last axis: power-of-two scale s = 2**ceil(log2(max(amax, 1e-4) / 448)),
-    q = e4m3_round(a / s). Returns (dequantised float64 [..., K], scales [..., K/32])."""
+    """Per 32 values along the last axis: the kernel's power-of-two scale s of max(amax, 1e-4)
+    (``kernel_scale``), q = e4m3_round(a / s) with |a / s| saturated at 448. Returns (dequantised
+    float64 [..., K], scales [..., K/32])."""
     a = np.asarray(a, dtype=np.float64)
     blocks = a.reshape(*a.shape[:-1], -1, 32)
-    amax = np.maximum(np.abs(blocks).max(-1), AMAX_FLOOR)
-    scale = 2.0 ** np.ceil(np.log2(amax / E4M3_MAX))
-    q = e4m3_round(blocks / scale[..., None])
+    amax = np.maximum(np.abs(blocks).max(-1), np.float32(AMAX_FLOOR))
+    scale = kernel_scale(amax)
+    q = e4m3_round(np.clip(blocks / scale[..., None], -E4M3_MAX, E4M3_MAX))
     return (q * scale[..., None]).reshape(a.shape), scale
 
 

@@ -13,6 +13,8 @@ import torch.nn.functional as F
 BLOCK = 32
 E4M3_MAX = 448.0  # largest finite float8_e4m3fn
 AMAX_FLOOR = 1e-4  # keeps an all-zero block's scale finite (as the reference's act_quant)
+_E4M3_MAX_INV = torch.tensor(1.0 / E4M3_MAX, dtype=torch.float32)  # the kernel multiplies by this float32
+_MANTISSA_MASK = (1 << 23) - 1
 
 
 def _check_fp8(name: str, t: torch.Tensor, dtype: torch.dtype) -> None:
@@ -45,14 +47,22 @@ def dequantize_blocks(weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor
 
 
 def power_of_two_scale(amax: torch.Tensor) -> torch.Tensor:
-    """The smallest power of two s with amax / s <= 448 (a ue8m0 scale), float32."""
-    return torch.exp2(torch.ceil(torch.log2(amax.float().clamp_min(AMAX_FLOOR) / E4M3_MAX)))
+    """The kernel's ``fast_round_scale``: ``2 ** ceil(log2(x))`` with ``x = amax * fl32(1 / 448)`` in
+    float32 (amax floored at 1e-4), the exponent read from x's bits: x's own power of two when its
+    mantissa bits are all zero, else the next one. Bit for bit the kernel's ue8m0 scale for every
+    float32 amax; ``log2``/``ceil`` in floats differ from it a few ulps above ``448 * 2**k``."""
+    x = (amax.float().clamp_min(AMAX_FLOOR) * _E4M3_MAX_INV).contiguous()
+    bits = x.view(torch.int32)  # x > 0: sign bit 0, biased exponent in bits 23..30, mantissa below
+    exponent = (bits >> 23) + ((bits & _MANTISSA_MASK) != 0).to(torch.int32)
+    return (exponent << 23).view(torch.float32)
 
 
 def quantize_blockwise(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per 32 values along the last dim: e4m3 ``[..., K]`` and float32 power-of-two scales ``[..., K/32]``.
 
-    Scales are the smallest powers of two with ``amax / scale <= 448`` (amax floored at 1e-4).
+    Scales are the kernel's (:func:`power_of_two_scale`): the power of two at or above
+    ``amax * fl32(1/448)`` (amax floored at 1e-4), so ``amax / scale <= 448`` up to a float32 ulp;
+    a value that lands a few ulps over 448 saturates to 448, as in the kernel.
     Round trip error is at most half an e4m3 ulp: ``|x - deq| <= max(2**-4 * |x|, 2**-10 * scale)``
     (relative 2**-4 where ``x / scale`` is a normal e4m3 value, >= 2**-6; absolute ``2**-10 * scale``
     where it is subnormal). Both bounds are reached on ties (tests/test_fp8.py).
@@ -61,8 +71,14 @@ def quantize_blockwise(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         raise ValueError(f"last dim {x.shape[-1]} must be a multiple of {BLOCK} to quantise per block")
     blocks = x.float().unflatten(-1, (-1, BLOCK))
     scale = power_of_two_scale(blocks.abs().amax(-1))
-    q = (blocks / scale.unsqueeze(-1)).to(torch.float8_e4m3fn)
+    q = _to_e4m3(blocks / scale.unsqueeze(-1))
     return q.flatten(-2), scale
+
+
+def _to_e4m3(x: torch.Tensor) -> torch.Tensor:
+    """float32 -> e4m3, round to nearest even, saturating at +-448 like the kernel's ``satfinite``
+    conversion (a plain cast would give NaN above 464)."""
+    return x.clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
 
 
 def dequantize_blockwise(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -84,7 +100,7 @@ def quantize_matrix(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     padded[:n, :k] = w.float()
     blocks = padded.unflatten(0, (-1, BLOCK)).unflatten(-1, (-1, BLOCK))  # [N/32, 32, K/32, 32]
     scale = power_of_two_scale(blocks.abs().amax(dim=(1, 3)))
-    q = (blocks / scale[:, None, :, None]).flatten(2).flatten(0, 1)[:n, :k].to(torch.float8_e4m3fn)
+    q = _to_e4m3((blocks / scale[:, None, :, None]).flatten(2).flatten(0, 1)[:n, :k])
     return q, scale.to(torch.float8_e8m0fnu)
 
 

@@ -11,27 +11,80 @@ column's offset into the layer's table.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 
-from engram_viz.config import EngramConfig, load_config
+from engram_viz.config import IMAGE_END, TEXT, EngramConfig, load_config
 from engram_viz.core.layout import EngramLayout
+from engram_viz.errors import EngramVizError
 
 DEAD = -1  # compressed-id sentinel for masked (image) positions, written into the cache only
+_INT_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+
+
+class TokenInputError(EngramVizError, ValueError):
+    """Token ids, token types or a hasher argument out of range or of the wrong shape."""
+
+
+class TokenInputTypeError(EngramVizError, TypeError):
+    """Token ids or token types of the wrong type (floats, strings, bools, lists where tensors go)."""
 
 
 def _check_ids(name: str, ids: torch.Tensor, vocab: int) -> None:
     if not isinstance(ids, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(ids).__name__}")
+        raise TokenInputTypeError(f"{name} must be a torch.Tensor, got {type(ids).__name__}")
     if ids.dim() != 2:
-        raise ValueError(f"{name} must have shape [batch, seq_len], got rank {ids.dim()} shape {list(ids.shape)}")
+        raise TokenInputError(f"{name} must have shape [batch, seq_len], got rank {ids.dim()} shape {list(ids.shape)}")
+    check_id_values(name, ids, vocab)
+
+
+def check_id_values(name: str, ids: torch.Tensor, vocab: int) -> None:
+    """``ids`` must be an int64 or int32 tensor of raw ids in ``0..vocab-1`` (any shape)."""
     if ids.dtype not in (torch.int64, torch.int32):
-        raise TypeError(f"{name} must be int64 or int32 token ids, got {ids.dtype}")
+        raise TokenInputTypeError(f"{name} must be int64 or int32 token ids, got {ids.dtype}")
     if ids.numel():
         lo, hi = int(ids.min()), int(ids.max())
         if lo < 0 or hi >= vocab:
             bad = lo if lo < 0 else hi
-            raise ValueError(f"{name} holds token id {bad}; expected raw ids in 0..{vocab - 1}")
+            raise TokenInputError(f"{name} holds token id {bad}; expected raw ids in 0..{vocab - 1}")
+
+
+def id_sequence(name: str, value: Any) -> torch.Tensor:
+    """One sequence of integers ``[T]`` (a list, numpy array or tensor) as int64, refusing what a
+    silent conversion would change: floats (even whole ones), bools, strings, nested lists (rank 2)."""
+    if isinstance(value, torch.Tensor):
+        t = value
+    elif isinstance(value, np.ndarray):
+        if value.dtype.kind not in "iu":
+            raise TokenInputTypeError(f"{name} must hold integer ids, got numpy dtype {value.dtype}")
+        t = torch.from_numpy(value.astype(np.int64))
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            if isinstance(v, (list, tuple, np.ndarray, torch.Tensor)):
+                raise TokenInputError(f"{name} must be one sequence [T] of ids, got nested sequences (rank 2)")
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+                raise TokenInputTypeError(f"{name} must hold integer ids, got {v!r} ({type(v).__name__})")
+        t = torch.tensor([int(v) for v in value], dtype=torch.int64)
+    else:
+        raise TokenInputTypeError(
+            f"{name} must be a list, numpy array or tensor of integer ids, got {type(value).__name__}"
+        )
+    if t.dtype not in _INT_DTYPES:
+        raise TokenInputTypeError(f"{name} must hold integer ids, got {t.dtype}")
+    if t.dim() != 1:
+        raise TokenInputError(f"{name} must be one sequence [T], got shape {list(t.shape)}")
+    return t.to(torch.int64)
+
+
+def check_token_types(name: str, types: torch.Tensor) -> None:
+    """Token types must be TEXT (-1) or an image-span part (0..3, reference section 6)."""
+    bad = types[(types < TEXT) | (types > IMAGE_END)]
+    if bad.numel():
+        raise TokenInputError(
+            f"{name} holds the token type {int(bad[0])}; expected -1 (text) or 0..3 (image start, image, newline, end)"
+        )
 
 
 class NgramHasher:
@@ -51,16 +104,19 @@ class NgramHasher:
     ):
         self.config = load_config(config)
         self.layout = EngramLayout(self.config)
+        self.layout.check_against_config()  # a config whose tables disagree with its primes: ConfigError
         self.device = torch.device(device)
-        self.token_map = torch.as_tensor(np.asarray(token_map), dtype=torch.int64, device=self.device)
-        if self.token_map.dim() != 1 or len(self.token_map) != self.config.vocab_size:
-            raise ValueError(f"token_map must have shape [{self.config.vocab_size}], got {list(self.token_map.shape)}")
+        self.token_map = _checked_token_map(token_map, self.config).to(self.device)
         self.pad_id = int(self.token_map[self.config.engram_pad_id])
         self.multipliers = torch.as_tensor(self.layout.multipliers, device=self.device)  # [n_layers, max_ngram]
         self.primes = torch.as_tensor(self.layout.primes, device=self.device)  # [n_layers, max_ngram-1, n_heads]
         self.offsets = torch.as_tensor(self.layout.offsets, device=self.device)  # [n_layers, n_hash_cols]
-        self.max_batch, self.max_seq_len = max_batch, max_seq_len
+        for arg, value in (("max_batch", max_batch), ("max_seq_len", max_seq_len)):
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+                raise TokenInputError(f"{arg} must be a positive integer, got {value!r}")
+        self.max_batch, self.max_seq_len = int(max_batch), int(max_seq_len)
         self.cache = torch.full((max_batch, max_seq_len), self.pad_id, dtype=torch.int64, device=self.device)
+        self.filled = np.zeros(max_batch, dtype=np.int64)  # positions hashed so far, per sequence
 
     def __call__(
         self, input_ids: torch.Tensor, start_pos: int = 0, token_mask: torch.Tensor | None = None
@@ -71,27 +127,40 @@ class NgramHasher:
         _check_ids("input_ids", input_ids, self.config.vocab_size)
         batch, seqlen = input_ids.shape
         if batch > self.max_batch:
-            raise ValueError(f"input_ids has batch {batch} but the hasher's cache holds max_batch={self.max_batch}")
+            raise TokenInputError(
+                f"input_ids has batch {batch} but the hasher's cache holds max_batch={self.max_batch}"
+            )
+        if not isinstance(start_pos, (int, np.integer)) or isinstance(start_pos, bool):
+            raise TokenInputTypeError(f"start_pos must be an integer position, got {type(start_pos).__name__}")
         if start_pos < 0 or start_pos + seqlen > self.max_seq_len:
-            raise ValueError(
+            raise TokenInputError(
                 f"chunk at start_pos={start_pos} of length {seqlen} overruns the cache of max_seq_len={self.max_seq_len}"
+            )
+        hashed = int(self.filled[:batch].min())
+        if start_pos > hashed:
+            raise TokenInputError(
+                f"start_pos={start_pos} skips positions: the cache holds {hashed} hashed positions (0..{hashed - 1}) "
+                f"for every sequence of the batch; hash the chunk starting at {hashed} first, or reset()"
             )
         input_ids = input_ids.to(self.device, torch.int64)
         compressed = self.token_map[input_ids]
         if token_mask is not None:
             if not isinstance(token_mask, torch.Tensor) or token_mask.dtype != torch.bool:
-                raise TypeError(
+                raise TokenInputTypeError(
                     f"token_mask must be a bool tensor, got {getattr(token_mask, 'dtype', type(token_mask))}"
                 )
             if token_mask.shape != input_ids.shape:
-                raise ValueError(f"token_mask has shape {list(token_mask.shape)}, expected {list(input_ids.shape)}")
+                raise TokenInputError(
+                    f"token_mask has shape {list(token_mask.shape)}, expected {list(input_ids.shape)}"
+                )
             token_mask = token_mask.to(self.device)
             if start_pos != 0 and not bool(token_mask.all()):
-                raise ValueError(
+                raise TokenInputError(
                     f"image spans must lie in the first (start_pos 0) chunk; got masked positions at start_pos={start_pos}"
                 )
             compressed = torch.where(token_mask, compressed, DEAD)
         self.cache[:batch, start_pos : start_pos + seqlen] = compressed
+        self.filled[:batch] = start_pos + seqlen  # a rewind forgets what followed
 
         positions = torch.arange(start_pos, start_pos + seqlen, device=self.device).expand(batch, seqlen)
         window = self.cache[:batch]
@@ -109,6 +178,27 @@ class NgramHasher:
 
     def reset(self) -> None:
         self.cache.fill_(self.pad_id)
+        self.filled[:] = 0
+
+
+def _checked_token_map(token_map: Any, config: EngramConfig) -> torch.Tensor:
+    """The raw -> compressed map as int64 ``[vocab_size]`` with values in ``0..compressed_vocab-1``
+    (a -1 would hash like a DEAD image position; floats would be truncated)."""
+    t = torch.as_tensor(np.asarray(token_map)) if not isinstance(token_map, torch.Tensor) else token_map.cpu()
+    if t.dim() != 1 or len(t) != config.vocab_size:
+        raise TokenInputError(f"token_map must have shape [{config.vocab_size}], got {list(t.shape)}")
+    if t.dtype not in _INT_DTYPES:
+        raise TokenInputTypeError(f"token_map must hold integer compressed ids, got {t.dtype}")
+    t = t.to(torch.int64)
+    n = config.engram_compressed_vocab_size
+    bad = ((t < 0) | (t >= n)).nonzero()
+    if bad.numel():
+        i = int(bad[0, 0])
+        raise TokenInputError(
+            f"token_map[{i}] = {int(t[i])}; compressed ids must lie in 0..{n - 1} "
+            f"(engram_compressed_vocab_size of config {config.name!r})"
+        )
+    return t
 
 
 def hash_prompt(

@@ -13,7 +13,7 @@ from functools import cached_property
 
 import numpy as np
 
-from engram_viz.config import EngramConfig
+from engram_viz.config import ConfigError, EngramConfig
 
 
 def is_prime(n: int) -> bool:
@@ -107,12 +107,15 @@ class EngramLayout:
         return self.column_primes.sum(axis=1)
 
     def check_against_config(self) -> None:
-        """Raise if the primes do not sum to the config's ``engram_num_embeddings``."""
+        """A :class:`ConfigError` naming the config (its file) and ``engram_num_embeddings`` when the
+        primes the layout derives do not sum to it: rows would land outside the tables."""
         want = np.asarray(self.config.engram_num_embeddings, dtype=np.int64)
         if not np.array_equal(self.rows_per_layer, want):
-            raise ValueError(
+            raise ConfigError(
                 f"config {self.config.name!r}: layout rows per layer {self.rows_per_layer.tolist()} "
-                f"differ from engram_num_embeddings {want.tolist()}"
+                f"differ from engram_num_embeddings {want.tolist()}; the primes follow from engram_vocab_size="
+                f"{self.config.engram_vocab_size}, engram_max_ngram_size and engram_n_heads, so one of these fields "
+                "is wrong"
             )
 
     def layer_index(self, layer: int) -> int:

@@ -8,18 +8,25 @@ DEAD in the hash (their look-backs block) and their gates are 0. No vision encod
 
 Placeholders (case-insensitive, no spaces):
 
-- ``<image:WxH>`` - an explicit grid of W image tokens per row and H rows (W * H <= 1,024);
-- ``<image:WxHpx>`` - an image of W x H pixels; the grid follows from the rule below.
+- ``<image:WxH>`` - an explicit grid of W image tokens per row and H rows; its whole span
+  ``H * (W + 1) + 2`` must fit ``vision_max_n_token`` (1,024), as the reference caps it;
+- ``<image:WxHpx>`` - an image of W x H pixels (each side 1..1,000,000); the grid follows from the
+  rule below.
 
-**Grid rule for an image size** (``image_grid``). One image token covers
-``factor = patch (14) x downsample (3) = 42`` pixels a side. As in Qwen2-VL's ``smart_resize``:
-round each side to the nearest multiple of 42 (half to even, at least 42); if the rounded area exceeds
-``max_tokens x 42^2`` (1,024 tokens), scale both sides by ``sqrt(W H / max_area)`` and round
-*down*; else if it is below ``min_pixels`` (295,936 = 544^2), scale by ``sqrt(min_pixels / (W H))``
-and round *up*. The grid is the rounded sides / 42 (computed in exact integers). An extreme aspect ratio whose short side is
-already one token is clamped to ``max_tokens // short`` on the long side. **Not verified**: the
-reference image processor's exact rounding is unknown to us; give an explicit grid when it
-matters.
+**Grid rule for an image size** (``image_grid``), the reference's grid planning
+(``plan_image_grid`` in the reference ``image_processor.py``; ENGRAM_REFERENCE.md section 6), with
+patch p = 14, downsample d = 3, span cap N = 1,024 and minimum area 295,936 pixels:
+
+1. if ``vision_max_wh_ratio`` is set and width > height * ratio, width = height * ratio;
+2. if width * height < min_pixels, scale both sides by sqrt(min_pixels / (width * height)) and
+   truncate each to an integer;
+3. round each side up to a multiple of p; the grid is h = ceil((H' // p) / d), w = ceil((W' // p) / d);
+4. if the span h * (w + 1) + 2 exceeds N, shrink the image, keeping its aspect ratio, to the largest
+   size whose span fits (a single column or a single row for extreme aspect ratios), and take the
+   grid of step 3 from that size.
+
+The arithmetic is the reference's, in float64 where it uses floats, so every size gets the
+reference's grid: 640x480 -> 16x12, 800x600 -> 20x15, 1920x1080 -> 41x23, 100x100 -> 13x13.
 """
 
 from __future__ import annotations
@@ -36,7 +43,9 @@ from engram_viz.errors import EngramVizError
 
 PLACEHOLDER = re.compile(r"<image:([^<>]*)>", re.IGNORECASE)
 _OPEN = re.compile(r"<image:", re.IGNORECASE)
-_SPEC = re.compile(r"^\s*(\d+)\s*[x×]\s*(\d+)\s*(px)?\s*$", re.IGNORECASE)
+_SPEC = re.compile(r"^\s*(\d+)\s*[x×]\s*(\d+)\s*(px)?\s*$", re.IGNORECASE | re.ASCII)
+MAX_IMAGE_SIDE = 1_000_000  # pixels per side of <image:WxHpx>
+MAX_SIDE_DIGITS = 7  # longer numbers are refused before conversion
 
 
 class ImagePromptError(EngramVizError, ValueError):
@@ -74,75 +83,128 @@ class ImageTextInput:
         return len(self.input_ids)
 
 
-def _round_half_even(a: int, b: int) -> int:
-    """round(a / b) as Python rounds (half to even), in integers."""
-    q, r = divmod(a, b)
-    return q + 1 if 2 * r > b or (2 * r == b and q % 2) else q
+def span_length(width: int, height: int) -> int:
+    """Positions of an image span of ``height`` rows of ``width`` image tokens: START, a NEWLINE per
+    row, END."""
+    return height * (width + 1) + 2
 
 
-def _ceil_sqrt_ratio(a: int, b: int) -> int:
-    """ceil(sqrt(a / b)) for positive integers, exactly."""
-    n = math.isqrt(a // b)
-    while n * n * b < a:
-        n += 1
-    return n
+def _grid_of(width_px: float, height_px: float, patch: int, down: int) -> tuple[int, int]:
+    """``(w, h)``: the ViT patch grid of a pixel size, downsampled d x d (partial cells count)."""
+    return math.ceil((width_px // patch) / down), math.ceil((height_px // patch) / down)
+
+
+def _largest_fitting_size(width: float, height: float, patch: int, down: int, max_span: int) -> tuple[int, int]:
+    """Pixel size ``(W', H')``, multiples of the patch, of the largest aspect-preserving resize whose
+    span fits ``max_span``. Solving ``h (w + 1) + 2 = N`` with ``h = w r`` for w gives
+    ``w = sqrt((N - 2) / r + 1/4) - 1/2``; a whole number of cells per side is then kept."""
+    ratio = height / width
+    w_cells = math.sqrt((max_span - 2) / ratio + 0.25) - 0.5
+    h_cells = w_cells * ratio
+    cell = patch * down
+    if w_cells < 1.0:  # taller than even one column allows: one column of (N - 2) // 2 rows
+        return cell, (max_span - 2) // 2 * cell
+    if h_cells < 1.0:  # wider than one row allows: one row of N - 3 tokens
+        return (max_span - 3) * cell, cell
+    beta = min(math.floor(w_cells) * cell / width, math.floor(h_cells) * cell / height)
+    return math.floor(width * beta / patch) * patch, math.floor(height * beta / patch) * patch
 
 
 def image_grid(width_px: int, height_px: int, config: EngramConfig | str = "tiny") -> tuple[int, int]:
-    """Grid ``(w, h)`` of image tokens for an image of ``width_px x height_px`` pixels (rule in the
-    module docstring; the reference's exact rounding is not verified)."""
+    """Grid ``(w, h)`` of image tokens for an image of ``width_px x height_px`` pixels: the
+    reference's grid planning (rule in the module docstring)."""
     cfg = load_config(config)
-    if width_px < 1 or height_px < 1:
-        raise ImagePromptError(f"image size {width_px}x{height_px}px: both sides must be at least 1 pixel")
-    factor = cfg.vision_patch_size * cfg.vision_downsample_ratio
-    max_tokens = cfg.vision_max_n_token
-    W, H = int(width_px), int(height_px)
-    # integer arithmetic throughout, so no float rounding at the boundaries
-    h = max(1, _round_half_even(H, factor))
-    w = max(1, _round_half_even(W, factor))
-    if w * h > max_tokens:  # floor(side / beta / factor) with beta = sqrt(W H / (max_tokens factor^2))
-        h = max(1, math.isqrt(H * max_tokens // W))
-        w = max(1, math.isqrt(W * max_tokens // H))
-    elif w * h * factor * factor < cfg.vision_min_pixels:  # ceil(side * beta / factor), beta = sqrt(min / (W H))
-        h = _ceil_sqrt_ratio(H * cfg.vision_min_pixels, W * factor * factor)
-        w = _ceil_sqrt_ratio(W * cfg.vision_min_pixels, H * factor * factor)
-    if w * h > max_tokens:  # extreme aspect ratio: the short side is pinned at one token
-        if w >= h:
-            w = max_tokens // h
-        else:
-            h = max_tokens // w
+    for side in (width_px, height_px):
+        if not 1 <= side <= MAX_IMAGE_SIDE:
+            raise ImagePromptError(
+                f"image size {width_px}x{height_px}px: each side must be 1..{MAX_IMAGE_SIDE:,} pixels"
+            )
+    patch, down, max_span = cfg.vision_patch_size, cfg.vision_downsample_ratio, cfg.vision_max_n_token
+    width, height = int(width_px), int(height_px)
+    if cfg.vision_max_wh_ratio is not None and width > height * cfg.vision_max_wh_ratio:
+        width = height * cfg.vision_max_wh_ratio
+    if 0 < width * height < cfg.vision_min_pixels:  # raise small images to the minimum area
+        scale = (cfg.vision_min_pixels / (width * height)) ** 0.5
+        width, height = int(width * scale), int(height * scale)
+    w, h = _grid_of(math.ceil(width / patch) * patch, math.ceil(height / patch) * patch, patch, down)
+    if span_length(w, h) > max_span:
+        w, h = _grid_of(*_largest_fitting_size(width, height, patch, down, max_span), patch, down)
+    if w < 1 or h < 1 or span_length(w, h) > max_span:  # the reference asserts this never happens
+        raise ImagePromptError(f"image size {width_px}x{height_px}px gives no usable grid ({w}x{h})")
     return w, h
+
+
+def _side(spec: str, digits: str) -> int:
+    """One side of a placeholder as an int; a number too long to be a size is refused before
+    conversion (Python refuses int() of over 4,300 digits with a message that names nothing)."""
+    if len(digits) > MAX_SIDE_DIGITS:
+        raise ImagePromptError(
+            f"image placeholder <image:{spec[:20]}{'...' if len(spec) > 20 else ''}> holds a number of "
+            f"{len(digits):,} digits; sides are at most {MAX_IMAGE_SIDE:,}"
+        )
+    return int(digits)
+
+
+def _parse_spec(spec: str) -> tuple[int, int, bool]:
+    """``"WxH"`` / ``"WxHpx"`` -> ``(W, H, is_pixels)``: the syntax alone, no config."""
+    m = _SPEC.match(spec)
+    if not m:
+        raise ImagePromptError(
+            f"image placeholder <image:{spec[:40]}> is malformed; expected <image:WxH> (a grid of image tokens) "
+            "or <image:WxHpx> (an image size in pixels), e.g. <image:16x12> or <image:640x480px>"
+        )
+    return _side(spec, m.group(1)), _side(spec, m.group(2)), bool(m.group(3))
 
 
 def parse_placeholder(spec: str, config: EngramConfig | str = "tiny") -> tuple[int, int, tuple[int, int] | None]:
     """``"WxH"`` (grid) or ``"WxHpx"`` (pixels) -> ``(w, h, pixels or None)``, checked."""
     cfg = load_config(config)
-    m = _SPEC.match(spec)
-    if not m:
-        raise ImagePromptError(
-            f"image placeholder <image:{spec}> is malformed; expected <image:WxH> (a grid of image tokens) "
-            "or <image:WxHpx> (an image size in pixels), e.g. <image:16x12> or <image:640x480px>"
-        )
-    a, b = int(m.group(1)), int(m.group(2))
-    if m.group(3):
+    a, b, pixels = _parse_spec(spec)
+    if pixels:
         w, h = image_grid(a, b, cfg)
         return w, h, (a, b)
     if a < 1 or b < 1:
         raise ImagePromptError(f"image placeholder <image:{spec}>: the grid must be at least 1x1")
-    if a * b > cfg.vision_max_n_token:
+    if span_length(a, b) > cfg.vision_max_n_token:
         raise ImagePromptError(
-            f"image placeholder <image:{spec}> asks for {a * b} image tokens ({a} x {b}); "
-            f"the model takes at most {cfg.vision_max_n_token} per image"
+            f"image placeholder <image:{spec}> asks for a span of {span_length(a, b):,} positions ({a} x {b} image "
+            f"tokens, a newline per row, start and end); the model takes at most {cfg.vision_max_n_token} per image"
         )
     return a, b, None
+
+
+def check_placeholders(text: str, config: EngramConfig | str | None = None) -> None:
+    """The :class:`ImagePromptError` ``build_input`` would raise for the placeholders of ``text``,
+    without tokenizing; with ``config`` None only their syntax (well formed, terminated, numbers
+    of at most 7 digits, sides at least 1), which no config changes."""
+    cursor = 0
+    for m in PLACEHOLDER.finditer(text):
+        _check_terminated(text[cursor : m.start()])
+        if config is not None:
+            parse_placeholder(m.group(1), config)
+        else:
+            a, b, pixels = _parse_spec(m.group(1))
+            if a < 1 or b < 1:
+                what = "both sides must be at least 1 pixel" if pixels else "the grid must be at least 1x1"
+                raise ImagePromptError(f"image placeholder {m.group(0)[:40]}: {what}")
+        cursor = m.end()
+    _check_terminated(text[cursor:])
+
+
+def _check_terminated(segment: str) -> None:
+    bad = _OPEN.search(segment)
+    if bad:
+        near = segment[bad.start() : bad.start() + 40]
+        raise ImagePromptError(f"unterminated image placeholder near {near!r}; expected <image:WxH> or <image:WxHpx>")
 
 
 def image_span(width: int, height: int, config: EngramConfig | str = "tiny") -> tuple[np.ndarray, np.ndarray]:
     """``(input_ids, token_types)`` int64 ``[h * (w + 1) + 2]`` of one image span."""
     cfg = load_config(config)
-    if width < 1 or height < 1 or width * height > cfg.vision_max_n_token:
+    if width < 1 or height < 1 or span_length(width, height) > cfg.vision_max_n_token:
         raise ImagePromptError(
-            f"image grid {width}x{height}: expected at least 1x1 and at most {cfg.vision_max_n_token} image tokens"
+            f"image grid {width}x{height}: expected at least 1x1 and a span h * (w + 1) + 2 of at most "
+            f"{cfg.vision_max_n_token} positions"
         )
     row = [IMAGE] * width + [IMAGE_NEWLINE]
     types = np.array([IMAGE_START, *(row * height), IMAGE_END], dtype=np.int64)
@@ -150,10 +212,7 @@ def image_span(width: int, height: int, config: EngramConfig | str = "tiny") -> 
 
 
 def _encode_segment(tokenizer, segment: str) -> list[int]:
-    bad = _OPEN.search(segment)
-    if bad:
-        near = segment[bad.start() : bad.start() + 40]
-        raise ImagePromptError(f"unterminated image placeholder near {near!r}; expected <image:WxH> or <image:WxHpx>")
+    _check_terminated(segment)
     return tokenizer.encode(segment) if segment else []
 
 

@@ -40,10 +40,12 @@ from tqdm.auto import tqdm
 
 from engram_viz.config import TEXT, EngramConfig
 from engram_viz.core.engram import Engram, default_device
-from engram_viz.core.hashing import hash_prompt
+from engram_viz.core.hashing import TokenInputError, check_id_values, check_token_types, hash_prompt, id_sequence
 from engram_viz.core.tokenizer import get_tokenizer
+from engram_viz.errors import EngramVizError
 from engram_viz.run.capture import DEFAULT_NAMES, ActivationCache, HookFn, HookRegistry
-from engram_viz.run.images import build_input
+from engram_viz.run.images import ImagePromptError, build_input
+from engram_viz.run.prompt_text import PromptInputError, check_prompt_text
 from engram_viz.run.prompts import Prompt, build_prompt
 from engram_viz.run.streams import (
     Block0Streams,
@@ -59,6 +61,10 @@ from engram_viz.weights.default import default_checkpoint
 from engram_viz.weights.tiny_folder import DEFAULT_DIR, checkpoint_label, is_tiny_lm_folder
 
 StreamsFn = Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
+
+
+class PromptTypeError(EngramVizError, TypeError):
+    """A prompt that is neither a string, a dict nor an object with ``.text`` / ``.input_ids``."""
 
 
 @dataclass(frozen=True)
@@ -83,10 +89,10 @@ def _prompt_fields(p: Any, i: int) -> tuple[str, str, str | None, Any, Any]:
     if isinstance(p, str):
         return f"p{i}", "", p, None, None
     if not isinstance(p, Mapping) and not hasattr(p, "text") and not hasattr(p, "input_ids"):
-        raise TypeError(f"prompt #{i} is a {type(p).__name__}; expected a string, a dict or an object with .text")
+        raise PromptTypeError(f"prompt #{i} is a {type(p).__name__}; expected a string, a dict or an object with .text")
     text, ids = _get(p, "text"), _get(p, "input_ids")
     if text is None and ids is None:
-        raise ValueError(f"prompt #{i} ({_get(p, 'id', '?')!r}) has neither 'text' nor 'input_ids'")
+        raise PromptInputError(f"prompt #{i} ({_get(p, 'id', '?')!r}) has neither 'text' nor 'input_ids'")
     return str(_get(p, "id", f"p{i}")), str(_get(p, "category", "") or ""), text, ids, _get(p, "token_types")
 
 
@@ -248,24 +254,43 @@ class Pipeline:
                 continue
             pid, cat, text, ids, types = _prompt_fields(p, i)
             if ids is not None:  # pre-tokenized (e.g. random-token controls): used as given, no BOS added
-                ids = np.asarray(ids, dtype=np.int64).reshape(-1)
-                types = np.full(len(ids), TEXT, np.int64) if types is None else np.asarray(types, np.int64).reshape(-1)
-                if len(types) != len(ids):
-                    raise ValueError(f"prompt {pid!r}: {len(types)} token_types for {len(ids)} input_ids")
-                if ids.size and (ids.min() < 0 or ids.max() >= self.config.vocab_size):
-                    raise ValueError(f"prompt {pid!r} holds token ids outside 0..{self.config.vocab_size - 1}")
+                ids, types = self._pretokenized(pid, ids, types)
                 text = text if text is not None else self.tokenizer.decode(ids)
             else:
-                built = build_input(text, self.tokenizer, self.config, bos=self.bos)
-                ids, types = built.input_ids, built.token_types
+                text, ids, types = self._tokenized(pid, text, _get(p, "source"))
             if len(ids) == 0:
-                raise ValueError(f"prompt {pid!r} produced no tokens; give a non-empty text")
+                raise PromptInputError(f"prompt {pid!r} produced no tokens; give a non-empty text")
             out.append(PromptInput(pid, cat, text, ids, types))
         ids = [p.id for p in out]
         dup = sorted({x for x in ids if ids.count(x) > 1})
         if dup:
-            raise ValueError(f"prompt ids must be unique; repeated: {dup}")
+            raise PromptInputError(f"prompt ids must be unique; repeated: {dup}")
         return out
+
+    def _pretokenized(self, pid: str, ids: Any, types: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Given ids and token types ``[T]``, checked as the hasher checks its input: integers (no
+        floats, bools, strings), one sequence, raw ids in the vocabulary, token types -1..3."""
+        ids_t = id_sequence(f"prompt {pid!r}: input_ids", ids)
+        check_id_values(f"prompt {pid!r}: input_ids", ids_t, self.config.vocab_size)
+        if types is None:
+            types_t = torch.full_like(ids_t, TEXT)
+        else:
+            types_t = id_sequence(f"prompt {pid!r}: token_types", types)
+            check_token_types(f"prompt {pid!r}: token_types", types_t)
+        if len(types_t) != len(ids_t):
+            raise TokenInputError(f"prompt {pid!r}: {len(types_t)} token_types for {len(ids_t)} input_ids")
+        return ids_t.numpy(), types_t.numpy()
+
+    def _tokenized(self, pid: str, text: Any, source: Any) -> tuple[str, np.ndarray, np.ndarray]:
+        """``(text, ids, token types)`` of a text prompt, checked by the rule the prompt file and the
+        widget use (``prompt_text.check_prompt_text``); image errors name the prompt (and its file)."""
+        text = check_prompt_text(text, max_chars=None, name=f"prompt {pid!r}")
+        try:
+            built = build_input(text, self.tokenizer, self.config, bos=self.bos)
+        except ImagePromptError as err:
+            where = f"{source}: " if isinstance(source, str) else ""
+            raise ImagePromptError(f"{where}prompt {pid!r}: {err}") from None
+        return text, built.input_ids, built.token_types
 
     def _pad(self, batch: Sequence[PromptInput]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         t = max(len(p.input_ids) for p in batch)

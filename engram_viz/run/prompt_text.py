@@ -1,10 +1,11 @@
 """Prompt text checks: what a typed or pasted prompt must be before the tokenizer sees it.
 
 ``check_prompt_text(text)`` returns the text as a ``str`` or raises :class:`PromptInputError`
-with a message that names the prompt, what is wrong and what is expected: empty text, more than
-``MAX_CHARS`` characters, bytes that are not UTF-8, a lone surrogate (U+D800..U+DFFF, which no
-UTF-8 text can hold). ``without_lone_surrogates(text)`` is the same text with each lone
-surrogate replaced by U+FFFD, the form a widget can send back to a browser.
+with a message that names the prompt, what is wrong and what is expected: empty or blank text,
+more than ``MAX_CHARS`` characters (the widget's limit; prompt files and ``Pipeline.run`` have
+none), bytes that are not UTF-8, a lone surrogate (U+D800..U+DFFF, which no UTF-8 text can hold).
+``without_lone_surrogates(text)`` is the same text with each lone surrogate replaced by U+FFFD,
+the form a widget can send back to a browser.
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ def without_lone_surrogates(text: str) -> str:
     return _LONE_SURROGATE.sub("\ufffd", text)
 
 
-def check_prompt_text(text: Any, *, max_chars: int = MAX_CHARS, name: str = "prompt") -> str:
+def check_prompt_text(text: Any, *, max_chars: int | None = MAX_CHARS, name: str = "prompt") -> str:
     """``text`` as a str the tokenizer takes, or a :class:`PromptInputError` that says what is wrong
-    and what is expected (bytes are decoded as strict UTF-8)."""
+    and what is expected (bytes are decoded as strict UTF-8). One rule for every way in: the widget
+    (``max_chars`` = ``MAX_CHARS``), prompt files and ``Pipeline.run`` (``max_chars=None``: no limit)."""
     if isinstance(text, (bytes, bytearray)):
         try:
             text = bytes(text).decode("utf-8")
@@ -43,7 +45,7 @@ def check_prompt_text(text: Any, *, max_chars: int = MAX_CHARS, name: str = "pro
         raise PromptInputError(f"{name} must be text (a str), got {type(text).__name__}")
     if not text.strip():
         raise PromptInputError(f"{name} is empty: type some text (image placeholders like <image:16x12> work too)")
-    if len(text) > max_chars:
+    if max_chars is not None and len(text) > max_chars:
         raise PromptInputError(
             f"{name} has {len(text):,} characters; the comparison takes at most {max_chars:,}. "
             "Shorten it, or run long texts with Pipeline.run in a notebook"

@@ -171,3 +171,54 @@ def test_inconsistent_values(changes, message):
 def test_config_error_is_a_value_error():
     # the CLI reports ValueErrors as clean one-line errors
     assert issubclass(ConfigError, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"engram_pad_id": 129_280}, r"engram_pad_id=129280 must be a raw token id in 0\.\.129279"),
+        ({"engram_pad_id": -1}, r"engram_pad_id=-1 must be a raw token id"),
+        ({"image_token_id": 200_000}, r"image_token_id=200000 must be a raw token id"),
+        (
+            {"engram_layer_ids": [1, 1], "engram_num_embeddings": [50148, 50148]},
+            r"engram_layer_ids=\(1, 1\) must list distinct",
+        ),
+        ({"engram_layer_ids": [1, 9]}, r"engram_layer_ids=\(1, 9\) must be layer ids in 0\.\.n_layers-1 = 0\.\.3"),
+        ({"engram_layer_ids": [], "engram_num_embeddings": []}, r"engram_layer_ids=\(\) must list distinct layers"),
+        ({"engram_num_embeddings": [0, 54840]}, r"engram_num_embeddings=\(0, 54840\) must be positive"),
+        ({"engram_compressed_vocab_size": 200_000}, r"engram_compressed_vocab_size=200000 must be at most vocab_size"),
+        ({"engram_n_heads": 0}, r"engram_n_heads=0 must be at least 1"),
+        ({"vision_max_n_token": 3}, r"vision_max_n_token=3 must be at least 4"),
+        ({"norm_eps": 0}, r"norm_eps=0.0 must be a positive finite number"),
+        ({"vision_max_wh_ratio": -2}, r"vision_max_wh_ratio=-2.0 must be null or a positive number"),
+        ({"vision_max_wh_ratio": "wide"}, r"vision_max_wh_ratio='wide' must be a number or null"),
+    ],
+)
+def test_out_of_range_fields_name_the_file_and_field(tmp_path, changes, message):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**_raw("tiny"), **changes}))
+    with pytest.raises(ConfigError, match=rf"config '{path}': {message}"):
+        load_config(path)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b'{"vocab_size": \xff}', r"is not UTF-8 text"),
+        (b'{"vocab_size": ' + b"9" * 5000 + b"}", r"is not valid JSON"),
+        (b"[" * 100_000, r"is not valid JSON"),
+    ],
+    ids=["not-utf8", "5000-digit-int", "deep"],
+)
+def test_unreadable_config_files_name_the_file(tmp_path, content, message):
+    path = tmp_path / "config.json"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError, match=rf"config file {path} {message}"):
+        load_config(path)
+
+
+def test_vision_max_wh_ratio_loads_and_stays_out_of_the_dict_when_null(v41_config):
+    assert v41_config.vision_max_wh_ratio is None  # null in DeepSeek-V4.1-Flash's config.json
+    assert "vision_max_wh_ratio" not in v41_config.to_dict()
+    set_ratio = EngramConfig.from_dict({**_raw("tiny"), "vision_max_wh_ratio": 2}, name="x")
+    assert set_ratio.vision_max_wh_ratio == 2.0 and set_ratio.to_dict()["vision_max_wh_ratio"] == 2.0

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from _reference_math import act_quant, bf16_round, dequant_blocks, e4m3_round, e4m3_value
+from _reference_math import act_quant, bf16_round, dequant_blocks, e4m3_round, e4m3_value, kernel_scale
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -116,12 +116,14 @@ def test_quantize_blockwise_power_of_two_scales_and_bound(values):
     assert np.array_equal(np.log2(s), np.round(np.log2(s)))
     blocks = x.double().numpy()[0].reshape(-1, 32)
     amax = np.abs(blocks).max(-1)
-    # the smallest such scale: amax / s <= 448 < 2 * amax / s (unless the 1e-4 amax floor applies)
-    assert np.all(amax / s <= 448)
+    # the smallest such scale: amax / s <= 448 < 2 * amax / s (unless the 1e-4 amax floor applies), up to
+    # the float32 rounding of amax * (1/448) in the kernel's rule
+    assert np.all(amax / s <= 448 * (1 + 2.0**-22))
     floored = amax < fp8.AMAX_FLOOR
     assert np.all((2 * amax / s > 448) | floored)
-    # the codes are the nearest e4m3 values of x / s, and match the independent quantiser
-    assert np.array_equal(q.float().double().numpy()[0].reshape(-1, 32), e4m3_round(blocks / s[:, None]))
+    # the codes are the nearest e4m3 values of x / s (saturated at 448), and match the independent quantiser
+    codes = e4m3_round(np.clip(blocks / s[:, None], -448, 448))
+    assert np.array_equal(q.float().double().numpy()[0].reshape(-1, 32), codes)
     deq_ref, s_ref = act_quant(blocks.reshape(1, -1))
     assert np.array_equal(s_ref[0], s)
     deq = fp8.dequantize_blockwise(q, scale).double().numpy()[0].reshape(-1, 32)
@@ -198,3 +200,65 @@ def test_dtype_and_shape_errors_name_the_input():
         fp8.dequantize_rows(w, e8m0_bytes([127] * 6).reshape(2, 3))
     with pytest.raises(ValueError, match="must have shape"):
         fp8.dequantize_blocks(torch.zeros(64, 64, dtype=torch.float8_e4m3fn), e8m0_bytes([127]).reshape(1, 1))
+
+
+# ---------------------------------------------------------------- the kernel's scale rounding
+
+
+def _ulps_from(value: float, steps: int) -> np.float32:
+    """``value`` (as float32) moved ``steps`` float32 ulps up (positive) or down (negative)."""
+    v = np.float32(value)
+    for _ in range(abs(steps)):
+        v = np.nextafter(v, np.float32(np.inf if steps > 0 else 0), dtype=np.float32)
+    return v
+
+
+# amax a few ulps either side of 448 * 2**k: where log2/ceil in floats and the kernel's bits part
+near_boundaries = st.builds(_ulps_from, st.integers(-20, 20).map(lambda k: 448.0 * 2.0**k), st.integers(-6, 6))
+any_float32 = st.floats(min_value=0.0, max_value=448.0 * 2.0**100, width=32, allow_nan=False, allow_infinity=False)
+
+
+@given(st.lists(near_boundaries | any_float32, min_size=1, max_size=64))
+def test_power_of_two_scale_is_the_kernels_fast_round_scale(amaxes):
+    amax = np.asarray(amaxes, dtype=np.float32)
+    got = fp8.power_of_two_scale(torch.from_numpy(amax)).double().numpy()
+    want = kernel_scale(np.maximum(amax, np.float32(fp8.AMAX_FLOOR)))
+    assert np.array_equal(got, want)
+
+
+def test_scales_a_few_ulps_above_448_times_a_power_of_two():
+    """Hand-checked: 448 * 2**-10 one ulp up, times fl32(1/448), rounds above 2**-10, so the kernel
+    takes 2**-9 (float log2 + ceil gave 2**-10 here, and amax / s over 448)."""
+    amax = _ulps_from(448.0 * 2.0**-10, 1)
+    assert float(fp8.power_of_two_scale(torch.tensor([amax]))[0]) == 2.0**-9
+    exact = np.float32(448.0 * 2.0**-10)
+    assert float(fp8.power_of_two_scale(torch.tensor([exact]))[0]) == float(kernel_scale(exact))
+
+
+def _checkpoint_row_blocks(scale: float) -> torch.Tensor:
+    """Every pair (block max, other value) of non-negative e4m3 values as 32-value blocks of checkpoint
+    rows (e4m3 x one e8m0 ``scale``), in bf16 as the table gathers them: ``[N, 32]`` float32."""
+    codes = torch.arange(0, 0x7F, dtype=torch.uint8).view(torch.float8_e4m3fn).float()  # 0 .. 448
+    blocks = []
+    for qmax in codes[1:]:
+        others = codes[codes <= qmax]
+        for i in range(0, len(others), 31):
+            part = others[i : i + 31]
+            blocks.append(torch.cat([qmax.view(1), part, torch.zeros(31 - len(part))]))
+    return (torch.stack(blocks) * scale).to(torch.bfloat16).float()
+
+
+@pytest.mark.parametrize("log2_scale", [-22, -10, 0, 20])
+def test_fp8_activations_are_exact_on_checkpoint_rows(log2_scale):
+    """docs/engram.md: the fp8 and bf16 wkv modes agree bit for bit on checkpoint rows: a block's
+    activation scale is never above its table scale, so x / s is the e4m3 code times a power of two."""
+    rows = _checkpoint_row_blocks(2.0**log2_scale)
+    assert torch.equal(fp8.fp8_activations(rows), rows)
+
+
+def test_fp8_activations_differ_below_the_amax_floor():
+    """Table scales under 2**-22 (every |value| < 448 * 2**-23): the 1e-4 amax floor sets the activation
+    scale 2**-22 above the table's, and small codes lose bits - the one case where the modes differ."""
+    assert float(fp8.power_of_two_scale(torch.tensor([0.0]))) == 2.0**-22
+    rows = _checkpoint_row_blocks(2.0**-23)
+    assert not torch.equal(fp8.fp8_activations(rows), rows)

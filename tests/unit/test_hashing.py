@@ -19,8 +19,9 @@ from hypothesis import strategies as st
 from prompt_kit import as_torch
 
 from engram_viz.cli import main
-from engram_viz.config import EngramConfig, load_config
+from engram_viz.config import CONFIG_DIR, ConfigError, EngramConfig, load_config
 from engram_viz.core.hashing import DEAD, NgramHasher, hash_prompt
+from engram_viz.errors import EngramVizError
 from engram_viz.run.images import build_input
 
 VERIFIED_MULTIPLIERS = {
@@ -452,3 +453,61 @@ def test_cli_hash_text_output(capsys):
 def test_cli_hash_empty_text():
     with pytest.raises(SystemExit, match=r"TEXT produced no tokens"):
         main(["hash", "", "--config", "tiny"])
+
+
+def test_a_config_whose_primes_disagree_with_its_tables_is_refused_before_hashing(tmp_path, tokenizer):
+    """engram_num_embeddings must equal the rows the layout's primes give; the hasher checks it, so a
+    wrong config never produces a row id (reference section 2)."""
+    path = tmp_path / "config.json"
+    raw = json.loads((CONFIG_DIR / "tiny.json").read_text())
+    path.write_text(json.dumps({**raw, "engram_num_embeddings": [50148, 54841]}))
+    bad = load_config(path)
+    with pytest.raises(ConfigError, match=rf"config '{path}': .*differ from engram_num_embeddings \[50148, 54841\]"):
+        NgramHasher(bad, tokenizer.token_map)
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "message"),
+    [
+        (lambda m: m.__setitem__(500, -1), ValueError, r"token_map\[500\] = -1; compressed ids must lie in 0\.\.99091"),
+        (lambda m: m.__setitem__(7, 99_092), ValueError, r"token_map\[7\] = 99092"),
+        (lambda m: m.astype(np.float64), TypeError, r"token_map must hold integer compressed ids, got torch.float64"),
+        (lambda m: m.astype(bool), TypeError, r"got torch.bool"),
+    ],
+    ids=["negative", "too-large", "float", "bool"],
+)
+def test_bad_token_map_values(tokenizer, change, error, message):
+    """A -1 in the map would hash like a DEAD image position; floats would be truncated."""
+    token_map = tokenizer.token_map.copy()
+    changed = change(token_map)
+    with pytest.raises(error, match=message) as err:
+        NgramHasher("tiny", token_map if changed is None else changed)
+    assert isinstance(err.value, EngramVizError)
+
+
+def test_a_start_pos_that_skips_positions_is_refused(hasher, tokenizer):
+    ids = torch.tensor([tokenizer.encode("one two three four five six")])
+    with pytest.raises(ValueError, match=r"start_pos=2 skips positions: the cache holds 0 hashed positions"):
+        hasher(ids[:, 2:4], 2)  # nothing hashed yet
+    head = hasher(ids[:, :3], 0)
+    with pytest.raises(ValueError, match=r"start_pos=4 skips positions: .* holds 3 hashed positions \(0\.\.2\)"):
+        hasher(ids[:, 4:], 4)
+    tail = hasher(ids[:, 3:], 3)  # the next position continues
+    assert torch.equal(torch.cat([head, tail], 1), hash_prompt("tiny", tokenizer.token_map, ids))
+    assert torch.equal(hasher(ids[:, 1:2], 1), head[:, 1:2])  # a rewind re-hashes an earlier position
+    with pytest.raises(ValueError, match=r"start_pos=3 skips positions: .* holds 2 hashed positions"):
+        hasher(ids[:, 3:4], 3)  # ... and forgets what followed it
+    with pytest.raises(TypeError, match=r"start_pos must be an integer position, got float"):
+        hasher(ids[:, :1], 0.0)
+    hasher.reset()
+    with pytest.raises(ValueError, match=r"start_pos=1 skips positions"):
+        hasher(ids[:, 1:2], 1)
+
+
+def test_hasher_errors_are_the_suites_own(hasher):
+    with pytest.raises(EngramVizError):
+        hasher([[5, 6]], 0)
+    with pytest.raises(EngramVizError):
+        hasher(torch.tensor([[5, 129_280]]), 0)
+    with pytest.raises(EngramVizError, match=r"max_seq_len must be a positive integer, got 0"):
+        NgramHasher("tiny", np.zeros(129_280, dtype=np.int64), max_seq_len=0)

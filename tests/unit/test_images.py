@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -24,7 +27,7 @@ def _reference_span(w: int, h: int) -> list[int]:
     return [IMAGE_START] + ([IMAGE] * w + [IMAGE_NEWLINE]) * h + [IMAGE_END]
 
 
-@pytest.mark.parametrize("w,h", [(1, 1), (3, 2), (16, 12), (32, 32), (1024, 1), (1, 1024)])
+@pytest.mark.parametrize("w,h", [(1, 1), (3, 2), (16, 12), (31, 31), (1021, 1), (1, 511)])
 def test_span_format(w, h):
     ids, types = image_span(w, h, CFG)
     assert types.tolist() == _reference_span(w, h)
@@ -35,7 +38,7 @@ def test_build_input_layout(tokenizer):
     text = "Look at <image:3x2> and <image:640x480px>, then answer."
     x = build_input(text, tokenizer, CFG)
     assert x.input_ids[0] == BOS_ID and x.token_types[0] == TEXT
-    assert [(s.width, s.height, s.pixels) for s in x.spans] == [(3, 2, None), (15, 12, (640, 480))]
+    assert [(s.width, s.height, s.pixels) for s in x.spans] == [(3, 2, None), (16, 12, (640, 480))]
     for s in x.spans:
         assert x.token_types[s.start : s.stop].tolist() == _reference_span(s.width, s.height)
         assert (x.input_ids[s.start : s.stop] == CFG.image_token_id).all()
@@ -55,32 +58,89 @@ def test_build_input_layout(tokenizer):
     assert no_bos.token_types.tolist() == _reference_span(2, 2) and no_bos.text_ranges == ()
 
 
-def test_grid_rule_examples():
-    assert image_grid(640, 480, CFG) == (15, 12)  # below min pixels after rounding: scaled up
-    assert image_grid(1920, 1080, CFG) == (42, 24)  # above 1,024 tokens: scaled down
-    assert image_grid(1344, 1344, CFG) == (32, 32)  # exactly 1,024
-    assert image_grid(42, 42, CFG) == (13, 13)  # tiny image: raised to >= 295,936 pixels
-    assert image_grid(100_000, 1, CFG) == (1024, 1)  # extreme aspect ratio: clamped
+def _reference_plan(width: int, height: int, cfg=CFG) -> tuple[int, int]:
+    """The grid (w, h) by the rule of ENGRAM_REFERENCE.md section 6, written from its description
+    (float64 where it says float, truncation where it says truncate)."""
+    p, d, n, cell = cfg.vision_patch_size, cfg.vision_downsample_ratio, cfg.vision_max_n_token, 42
+    wf, hf = width, height  # step 1: no max width/height ratio for V4.1-Flash (null)
+    if 0 < wf * hf < cfg.vision_min_pixels:  # step 2
+        k = math.sqrt(cfg.vision_min_pixels / (wf * hf))
+        wf, hf = int(wf * k), int(hf * k)
+
+    def grid(pw, ph):  # steps 3 and 4
+        return math.ceil((pw // p) / d), math.ceil((ph // p) / d)
+
+    w, h = grid(math.ceil(wf / p) * p, math.ceil(hf / p) * p)
+    if h * (w + 1) + 2 > n:  # step 5
+        r = hf / wf
+        w_f = math.sqrt((n - 2) / r + 0.25) - 0.5
+        h_f = w_f * r
+        if w_f < 1:
+            pw, ph = cell, ((n - 2) // 2) * cell
+        elif h_f < 1:
+            pw, ph = (n - 3) * cell, cell
+        else:
+            beta = min(math.floor(w_f) * cell / wf, math.floor(h_f) * cell / hf)
+            pw, ph = math.floor(wf * beta / p) * p, math.floor(hf * beta / p) * p
+        w, h = grid(pw, ph)
+    return w, h
 
 
-@given(st.integers(1, 6000), st.integers(1, 6000))
+# the worked values of ENGRAM_REFERENCE.md section 6 (width x height -> w x h)
+WORKED = {
+    (640, 480): (16, 12), (800, 600): (20, 15), (1024, 768): (25, 19), (1280, 720): (31, 18),
+    (1920, 1080): (41, 23), (100, 100): (13, 13), (4000, 100): (96, 3), (100, 4000): (3, 96),
+}  # fmt: skip
+SIZES = [
+    *WORKED, (1, 1), (14, 14), (42, 42), (224, 224), (336, 336), (543, 545), (544, 544), (545, 543),
+    (1344, 1344), (1345, 1344), (1386, 1386), (2048, 1536), (1080, 1920), (3840, 2160), (7680, 4320),
+    (4032, 3024), (12000, 9000), (500, 300), (300, 500), (1000, 10), (10, 1000), (1, 1_000_000),
+    (1_000_000, 1), (1_000_000, 1_000_000), (999_999, 3), (65_535, 65_535),
+]  # fmt: skip
+
+
+def test_grid_rule_worked_values():
+    for size, grid in WORKED.items():
+        assert image_grid(*size, CFG) == _reference_plan(*size) == grid, size
+
+
+@pytest.mark.parametrize("size", SIZES, ids=[f"{w}x{h}" for w, h in SIZES])
+def test_grid_rule_equals_the_reference_plan(size):
+    w, h = image_grid(*size, CFG)
+    assert (w, h) == _reference_plan(*size)
+    assert w >= 1 and h >= 1 and h * (w + 1) + 2 <= CFG.vision_max_n_token  # the whole span fits
+
+
+@given(st.integers(1, 20_000), st.integers(1, 20_000))
 def test_grid_rule_bounds(w_px, h_px):
     w, h = image_grid(w_px, h_px, CFG)
-    assert w >= 1 and h >= 1 and w * h <= CFG.vision_max_n_token
-    ratio = max(w_px, h_px) / min(w_px, h_px)
-    if ratio < 10:  # the min-pixels floor holds unless the aspect ratio forces the 1,024 cap
-        assert w * h * 42 * 42 >= CFG.vision_min_pixels
+    assert (w, h) == _reference_plan(w_px, h_px)
+    assert w >= 1 and h >= 1 and h * (w + 1) + 2 <= CFG.vision_max_n_token
+
+
+def test_grid_rule_honours_a_max_width_height_ratio():
+    capped = dataclasses.replace(CFG, vision_max_wh_ratio=2.0)
+    # width cut to 2 x 100; 200 x 100 raised to the minimum area: x sqrt(14.7968) -> 769 x 384 -> 770 x 392
+    # on the patch grid -> 55 x 28 patches -> 19 x 10 tokens
+    assert image_grid(4000, 100, capped) == image_grid(200, 100, capped) == (19, 10)
+    assert image_grid(100, 4000, capped) == image_grid(100, 4000, CFG)  # tall images are not cut
 
 
 @pytest.mark.parametrize(
     "text,match",
     [
-        ("<image:40x30>", "1200 image tokens"),
+        ("<image:40x30>", r"a span of 1,232 positions \(40 x 30 image tokens"),
+        ("<image:32x32>", r"a span of 1,058 positions"),  # 1,024 image tokens, but the span is over the cap
+        ("<image:1x1022>", r"a span of 2,046 positions"),
+        ("<image:1022x1>", r"a span of 1,025 positions"),
+        ("<image:" + "9" * 5000 + "x480px>", r"a number of 5,000 digits; sides are at most 1,000,000"),
+        ("<image:2x" + "1" * 4400 + ">", r"a number of 4,400 digits"),
+        ("<image:1000001x10px>", r"each side must be 1\.\.1,000,000 pixels"),
         ("<image:0x5>", "at least 1x1"),
         ("<image:abc>", "malformed"),
         ("<image:3x3", "unterminated"),
         ("a <image:3x3 b <image:2x2>", "unterminated"),
-        ("<image:0x10px>", "at least 1 pixel"),
+        ("<image:0x10px>", r"each side must be 1\.\.1,000,000 pixels"),
     ],
 )
 def test_errors(text, match, tokenizer):
@@ -90,7 +150,9 @@ def test_errors(text, match, tokenizer):
 
 def test_parse_placeholder():
     assert parse_placeholder("16x12", CFG) == (16, 12, None)
-    assert parse_placeholder(" 640X480PX ", CFG) == (15, 12, (640, 480))
+    assert parse_placeholder(" 640X480PX ", CFG) == (16, 12, (640, 480))
+    assert parse_placeholder("1020x1", CFG) == (1020, 1, None)  # span 1 * 1021 + 2 = 1,023
+    assert parse_placeholder("1x511", CFG) == (1, 511, None)  # span 511 * 2 + 2 = 1,024: the cap
 
 
 @pytest.mark.parametrize("config_name", ["tiny", "v41-flash"])
