@@ -1,11 +1,11 @@
 """Where the residual streams ``x [B, T, hc_mult, dim]`` fed to an Engram layer come from.
 
 The Engram gate compares each stream with its key, so gates are only as true as the streams.
-Three sources, each returned as a :class:`Streams` whose ``label`` every output prints:
+Four sources, each returned as a :class:`Streams` whose ``label`` every output prints:
 
 (a) :func:`embedding_streams` - rows of the token embedding ``embed.weight`` repeated into
     ``hc_mult`` streams. This is exactly what the reference feeds to layer 0, and the only
-    streams available without running the full model; for the Engram layers (V4.1-Flash: 1 and
+    streams available without running any block; for the Engram layers (V4.1-Flash: 1 and
     14) it is a proxy, since the real streams have passed through the blocks before them.
 (b) :func:`load_captured_streams` - real streams dumped from a full-model run (format below).
 (c) :func:`streams_from_tensor` - any tensor the user supplies.
