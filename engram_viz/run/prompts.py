@@ -17,7 +17,7 @@ code, math, random-token controls and prompts with image spans.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -25,11 +25,13 @@ import numpy as np
 from engram_viz.config import DATA_DIR, TEXT, EngramConfig
 from engram_viz.core.tokenizer import BOS_ID, get_tokenizer
 from engram_viz.errors import EngramVizError
-from engram_viz.run.images import ImageTextInput, build_input
+from engram_viz.run.images import ImagePromptError, ImageTextInput, build_input, check_placeholders
+from engram_viz.run.prompt_text import PromptInputError, check_prompt_text
 
 DEFAULT_PROMPTS = DATA_DIR / "prompts" / "default.jsonl"
 CATEGORIES = ("english_entities", "chinese_entities", "idioms", "code", "math", "random_token", "image")
 RANDOM_ID_RANGE = (3, 128000)
+MAX_RANDOM_LENGTH = 1_000_000  # tokens of one random-token control
 
 
 class PromptError(EngramVizError, ValueError):
@@ -38,13 +40,15 @@ class PromptError(EngramVizError, ValueError):
 
 @dataclass(frozen=True)
 class Prompt:
-    """One prompt of a set; ``text`` is None for a random-token control (``seed``, ``length``)."""
+    """One prompt of a set; ``text`` is None for a random-token control (``seed``, ``length``).
+    ``source`` (``FILE:LINE``) says where a prompt read from a file came from."""
 
     id: str
     category: str
     text: str | None
     seed: int | None = None
     length: int | None = None
+    source: str | None = field(default=None, compare=False)
 
     @property
     def is_random(self) -> bool:
@@ -58,47 +62,87 @@ class Prompt:
         return rng.integers(RANDOM_ID_RANGE[0], RANDOM_ID_RANGE[1], size=self.length, dtype=np.int64)
 
 
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _parse(obj: object, where: str, lineno: int) -> Prompt:
     if not isinstance(obj, dict):
         raise PromptError(f"{where}: expected a JSON object per line, got {type(obj).__name__}")
     pid = obj.get("id", f"line{lineno}")
     category = obj.get("category", "custom")
-    if not isinstance(pid, str) or not pid:
-        raise PromptError(f"{where}: 'id' must be a non-empty string, got {pid!r}")
-    if not isinstance(category, str) or not category:
-        raise PromptError(f"{where}: 'category' must be a non-empty string, got {category!r}")
+    if not isinstance(pid, str) or not pid.strip():
+        raise PromptError(f"{where}: 'id' must be a non-empty string, got {_short(pid)}")
+    if not isinstance(category, str) or not category.strip():
+        raise PromptError(f"{where}: prompt {pid!r}: 'category' must be a non-empty string, got {_short(category)}")
     text = obj.get("text")
     if text is None:
         seed, length = obj.get("seed"), obj.get("length")
-        if not (isinstance(seed, int) and isinstance(length, int) and length > 0 and seed >= 0):
+        if not (_is_int(seed) and _is_int(length) and 0 < length <= MAX_RANDOM_LENGTH and seed >= 0):
             raise PromptError(
                 f"{where}: prompt {pid!r} has no 'text'; a random-token control needs an integer 'seed' >= 0 "
-                f"and 'length' > 0, got seed={seed!r} length={length!r}"
+                f"and 'length' in 1..{MAX_RANDOM_LENGTH:,}, got seed={_short(seed)} length={_short(length)}"
             )
-        return Prompt(pid, category, None, seed, length)
-    if not isinstance(text, str) or not text:
-        raise PromptError(f"{where}: prompt {pid!r} needs a non-empty string 'text', got {text!r}")
-    return Prompt(pid, category, text)
+        return Prompt(pid, category, None, seed, length, source=where)
+    try:  # one rule with the widget and Pipeline.run: text, not blank, valid UTF-8 (no lone surrogate)
+        text = check_prompt_text(text, max_chars=None, name="'text'")
+        check_placeholders(text)  # syntax now; limits that depend on the config when it is built
+    except (PromptInputError, ImagePromptError) as err:
+        raise PromptError(f"{where}: prompt {pid!r}: {err}") from None
+    return Prompt(pid, category, text, source=where)
+
+
+def _short(value: object) -> str:
+    """``repr`` of a value, cut to 60 characters (a field may hold a 5,000-digit number)."""
+    text = (
+        repr(value)
+        if not isinstance(value, int) or abs(value) < 10**50
+        else f"an integer of {len(str(abs(value))):,} digits"
+    )
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _decode_line(raw: bytes, path: Path, lineno: int) -> str:
+    """One line of a prompt file as text; bytes that are not UTF-8 (a lone surrogate written as
+    UTF-8, a Latin-1 byte) name the file, line, column and, when the line still parses, the prompt."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        pid = None
+        try:
+            obj = json.loads(raw.decode("utf-8", errors="replace"))
+            pid = obj.get("id") if isinstance(obj, dict) else None
+        except (ValueError, RecursionError):
+            pass
+        who = f"prompt {pid!r}: " if isinstance(pid, str) else ""
+        raise PromptError(
+            f"{path}:{lineno}: {who}not UTF-8 text: byte 0x{raw[err.start]:02x} at column {err.start + 1} "
+            "(a lone surrogate or a byte of another encoding); save the file as UTF-8"
+        ) from None
 
 
 def load_prompts(path: str | Path | None = None, categories: list[str] | None = None) -> list[Prompt]:
-    """Prompts of a JSONL file (default: the shipped set), optionally only some categories."""
+    """Prompts of a JSONL file (default: the shipped set), optionally only some categories. Every
+    error is a :class:`PromptError` naming the file, the line and (when it has one) the prompt."""
     path = Path(path) if path is not None else DEFAULT_PROMPTS
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        data = path.read_bytes()
     except FileNotFoundError:
         raise PromptError(f"prompt file {path} does not exist") from None
-    except UnicodeDecodeError as err:
-        raise PromptError(f"prompt file {path} is not UTF-8: {err}") from None
+    except OSError as err:
+        raise PromptError(f"prompt file {path} cannot be read: {err.strerror or err}") from None
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]  # a UTF-8 byte order mark
     prompts, seen = [], set()
-    for lineno, line in enumerate(lines, 1):
+    for lineno, raw in enumerate(data.split(b"\n"), 1):
+        line = _decode_line(raw, path, lineno)
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         where = f"{path}:{lineno}"
         try:
             obj = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise PromptError(f"{where}: not valid JSON: {err}") from None
+        except (ValueError, RecursionError) as err:  # JSONDecodeError; an integer of over 4,300 digits
+            raise PromptError(f"{where}: not valid JSON: {str(err)[:200]}") from None
         p = _parse(obj, where, lineno)
         if p.id in seen:
             raise PromptError(f"{where}: duplicate prompt id {p.id!r}")
@@ -121,7 +165,12 @@ def build_prompt(
     if tokenizer is None:
         tokenizer = get_tokenizer(config or "tiny")
     if not prompt.is_random:
-        return build_input(prompt.text, tokenizer, config, bos=bos)
+        try:
+            return build_input(prompt.text, tokenizer, config, bos=bos)
+        except ImagePromptError as err:
+            if prompt.source is None:
+                raise
+            raise ImagePromptError(f"{prompt.source}: prompt {prompt.id!r}: {err}") from None
     drawn = prompt.random_ids()
     ids = np.concatenate([[BOS_ID], drawn]).astype(np.int64) if bos else drawn
     types = np.full(len(ids), TEXT, dtype=np.int64)

@@ -58,7 +58,7 @@ def test_filter_and_custom_file(tmp_path, tokenizer):
         ('{"id": "a"}\n', "seed"),
         ("not json\n", "not valid JSON"),
         ('["a"]\n', "JSON object"),
-        ('{"id": "a", "text": ""}\n', "non-empty"),
+        ('{"id": "a", "text": ""}\n', r"bad.jsonl:1: prompt 'a': 'text' is empty"),
         ("\n", "no prompts"),
     ],
 )
