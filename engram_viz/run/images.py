@@ -167,8 +167,9 @@ def parse_placeholder(spec: str, config: EngramConfig | str = "tiny") -> tuple[i
         raise ImagePromptError(f"image placeholder <image:{spec}>: the grid must be at least 1x1")
     if span_length(a, b) > cfg.vision_max_n_token:
         raise ImagePromptError(
-            f"image placeholder <image:{spec}> asks for a span of {span_length(a, b):,} positions ({a} x {b} image "
-            f"tokens, a newline per row, start and end); the model takes at most {cfg.vision_max_n_token} per image"
+            f"image placeholder <image:{spec}> asks for {a * b} image tokens ({a} x {b}) in a span of "
+            f"{span_length(a, b):,} positions (a newline per row, start and end); the model takes a span of at most "
+            f"{cfg.vision_max_n_token} positions per image"
         )
     return a, b, None
 

@@ -81,7 +81,10 @@ def test_empty_text_is_refused_as_the_prompt_file_and_the_widget_refuse_it(pipe,
 def test_text_errors_name_the_prompt(pipe):
     with pytest.raises(PromptInputError, match=r"prompt 'p1' holds U\+D800 at character 2, a lone surrogate"):
         pipe.run(["fine", "ab\ud800"])
-    with pytest.raises(EngramVizError, match=r"prompt 'img': image placeholder <image:32x32> asks for a span of 1,058"):
+    with pytest.raises(
+        EngramVizError,
+        match=r"prompt 'img': image placeholder <image:32x32> asks for 1024 image tokens \(32 x 32\) in a span of 1,058",
+    ):
         pipe.run([{"id": "img", "text": "see <image:32x32>"}])
     with pytest.raises(EngramVizError, match=r"prompt #0 is a int; expected a string"):
         pipe.run([3])

@@ -170,8 +170,8 @@ def test_bad_prompt_shows_a_message_and_the_app_keeps_working(cmp, bad, says):
 
 def test_too_many_tokens_is_a_message(pipe):
     cmp = PromptComparison((A, B), pipeline=pipe, max_tokens=64)
-    cmp.set_prompts(A, "<image:32x32>")  # 32 * 33 + 2 positions
-    assert "1,059 tokens" in cmp.messages["B"] and "at most 64" in cmp.messages["B"]
+    cmp.set_prompts(A, "<image:31x31>")  # 31 * 32 + 2 positions (a span within the model's cap of 1,024) + BOS
+    assert "995 tokens" in cmp.messages["B"] and "at most 64" in cmp.messages["B"]
     assert cmp.messages["A"] is None
 
 

@@ -129,7 +129,7 @@ def test_grid_rule_honours_a_max_width_height_ratio():
 @pytest.mark.parametrize(
     "text,match",
     [
-        ("<image:40x30>", r"a span of 1,232 positions \(40 x 30 image tokens"),
+        ("<image:40x30>", r"asks for 1200 image tokens \(40 x 30\) in a span of 1,232 positions"),
         ("<image:32x32>", r"a span of 1,058 positions"),  # 1,024 image tokens, but the span is over the cap
         ("<image:1x1022>", r"a span of 2,046 positions"),
         ("<image:1022x1>", r"a span of 1,025 positions"),

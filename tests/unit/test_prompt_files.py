@@ -82,7 +82,8 @@ def test_a_grid_over_the_config_cap_names_the_file_line_and_prompt_when_built(tm
     path = _file(tmp_path, GOOD, '{"id": "wide", "text": "<image:32x32> a chart"}')
     wide = load_prompts(path)[1]
     with pytest.raises(
-        ImagePromptError, match=rf"{path}:2: prompt 'wide': image placeholder <image:32x32> asks for a span of 1,058"
+        ImagePromptError,
+        match=rf"{path}:2: prompt 'wide': image placeholder <image:32x32> asks for 1024 image tokens \(32 x 32\) in a span of 1,058",
     ):
         build_prompt(wide, tokenizer)
 
