@@ -13,6 +13,9 @@ all rows, so a row's share of ``dot`` is ``dot * numerator_r / numerator`` and t
 
 **Exact** (float32 arithmetic only, summation order aside):
 
+- ``gate``, ``dot`` ``[T, hc]``: ``kv_f32`` rounded as the module rounds (``WkvLinear.out_dtype``)
+  and put through ``core.engram``'s own formula (:func:`~engram_viz.core.engram.engram_dot`,
+  :func:`~engram_viz.core.engram.engram_gate`): the module's gate up to the GEMM's summation order.
 - ``dot_share`` ``[T, 24, hc]``: sums to ``dot`` up to ``dot_rounding`` ``[T, hc]`` = ``dot -
   sum(dot_share)``, which is the bf16 rounding of the key in the ``fp8`` / ``bf16`` modes (the
   reference path rounds ``kv`` to bf16; half a bf16 ulp per key element) and float32 noise in the
@@ -21,43 +24,69 @@ all rows, so a row's share of ``dot`` is ``dot * numerator_r / numerator`` and t
   ``<part_r, value> / |value|``; they sum to ``|value|`` up to the value's bf16 rounding.
   ``value_norm`` ``[T, 24]``: ``|part_r|`` (not additive; the per-order and per-head norms are
   the norms of the group's summed parts).
-- Gates with something left out (``loo_row`` ``[T, 24, hc]``, ``loo_head`` ``[T, n_heads, hc]``,
-  ``loo_order`` ``[T, n_orders, hc]``) and of every coalition of n-gram orders (``coalitions``
-  ``[T, 2**n_orders, hc]``, bit i of the index set = order ``orders[i]`` kept): the rows' parts
-  kept are summed in float32 (never subtracted from the total: with everything left out the
-  key must be exactly 0, as in the re-run, not float noise that the key's rstd would blow up),
-  rounded as the module rounds (``WkvLinear.out_dtype``) and
-  put through :func:`engram_viz.core.engram.engram_steps` itself - the same arithmetic as a
-  forward with those rows zeroed (a zero row quantises to zero and leaves the others' scales
-  alone), up to float32 summation order, i.e. a key/value element may land one bf16 ulp apart.
-- ``shapley`` ``[T, n_orders, hc]``: exact Shapley values of the orders for the gate over the
+- Gates with something left out (:meth:`LayerAttribution.left_out`: ``loo_row`` ``[P, 24, hc]``,
+  ``loo_head`` ``[P, n_heads, hc]``, ``loo_order`` ``[P, n_orders, hc]``) and of every coalition of
+  n-gram orders (``coalitions`` ``[P, 2**n_orders, hc]``, bit i of the index set = order
+  ``orders[i]`` kept): the key of a left-out set is ``kv_f32 - (its parts)`` (a coalition's: the
+  kept orders' parts summed, never subtracted from the total, so keeping none is exactly 0, as in
+  the re-run, not float noise that the key's rstd would blow up), rounded as the module rounds and
+  put through the same two functions - the arithmetic of a forward with those rows zeroed (a zero
+  row quantises to zero and leaves the others' scales alone), up to float32 summation order, i.e.
+  a key element may land one bf16 ulp apart. The gate never reads the value, so only the key
+  columns are formed. Computed on demand, for the positions asked, and kept.
+- ``shapley`` ``[P, n_orders, hc]``: exact Shapley values of the orders for the gate over the
   coalition gates; they sum to ``gate - coalitions[:, 0]`` (all orders minus none).
 
-``gate`` ``[T, hc]`` is variant 0 (nothing left out) of the same call: the module's gate, bit for
-bit up to the GEMM's summation order. Image positions (``token_mask`` False) have gate 0 in every
-variant; their shares are still given.
+Image positions (``token_mask`` False) have gate 0 in every variant; their shares are still given.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from itertools import combinations
 
 import numpy as np
 import torch
 
-from engram_viz.core.engram import Engram, engram_steps
+from engram_viz.core.engram import Engram, engram_dot, engram_gate
 from engram_viz.core.layout import EngramLayout
 
-CHUNK_FLOATS = 1 << 24  # float32 elements of the variants' kv per chunk of positions (64 MiB)
+CHUNK_FLOATS = 1 << 24  # float32 elements of the left-out keys per chunk of positions (64 MiB)
+LEFT_OUT = ("loo_row", "loo_head", "coalitions", "loo_order", "shapley")
+
+
+@dataclass
+class LeftOutGates:
+    """Gates with rows, heads or orders left out, coalitions of orders and the orders' Shapley
+    values, for P positions (shapes in the module docstring)."""
+
+    loo_row: torch.Tensor
+    loo_head: torch.Tensor
+    coalitions: torch.Tensor
+    loo_order: torch.Tensor
+    shapley: torch.Tensor
+
+
+@dataclass
+class _Source:
+    """What the left-out gates are computed from: the module, its input streams ``x [T, hc, dim]``,
+    the gathered rows ``[T, 24, head_dim]`` and the token mask ``[T]``, on the module's device."""
+
+    engram: Engram
+    x: torch.Tensor
+    rows: torch.Tensor
+    mask: torch.Tensor
+    grid: torch.Tensor  # [n_orders, n_heads]: the column of each (order, head)
 
 
 @dataclass
 class LayerAttribution:
     """One Engram layer's attribution over the positions of one prompt (shapes in the module
     docstring; float32 CPU tensors). ``orders [24]`` / ``heads [24]``: the (order, head) owning
-    each of the 24 columns (``EngramLayout.column``)."""
+    each of the 24 columns (``EngramLayout.column``). The left-out gates are computed on demand:
+    :meth:`left_out` for some positions, or the properties ``loo_row`` ... ``shapley`` for all."""
 
     layer: int
     orders: np.ndarray
@@ -71,11 +100,11 @@ class LayerAttribution:
     value_rounding: torch.Tensor  # [T]: |value - sum of parts|
     order_value_norm: torch.Tensor  # [T, n_orders]
     head_value_norm: torch.Tensor  # [T, n_heads]
-    loo_row: torch.Tensor
-    loo_head: torch.Tensor
-    coalitions: torch.Tensor
-    loo_order: torch.Tensor
-    shapley: torch.Tensor
+    source: _Source = field(repr=False)
+    _kept: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)  # left-out gates [T, ...]
+
+    def __post_init__(self) -> None:
+        self._done = torch.zeros(self.gate.shape[0], dtype=torch.bool)  # positions in _kept
 
     @property
     def order_ids(self) -> list[int]:
@@ -95,6 +124,40 @@ class LayerAttribution:
         out = t.new_zeros((t.shape[0], len(ids), *t.shape[2:]))
         return out.index_add_(1, index, t)
 
+    def left_out(self, index: Sequence[int] | None = None) -> LeftOutGates:
+        """The left-out gates at ``index`` (indices into this attribution's positions; default all),
+        computed for the positions not asked before, in chunks (:data:`CHUNK_FLOATS`)."""
+        n = self.gate.shape[0]
+        idx = list(range(n)) if index is None else [int(i) for i in index]
+        bad = [i for i in idx if not 0 <= i < n]
+        if bad:
+            raise IndexError(f"position index {bad[0]} is outside this attribution's {n} positions")
+        if not idx:
+            raise IndexError("no position asked for; give at least one index (or None for all)")
+        done = self._done.tolist()
+        todo = [i for i in sorted(set(idx)) if not done[i]]
+        step = _chunk_size(self.source)
+        for s in range(0, len(todo), step):
+            part = torch.as_tensor(todo[s : s + step])
+            for name, t in zip(
+                ("loo_row", "loo_head", "some", "loo_order"),
+                _left_out_chunk(self.source, part.to(self.source.x.device)),
+            ):
+                if name not in self._kept:
+                    self._kept[name] = t.new_full((n, *t.shape[1:]), torch.nan)
+                self._kept[name][part] = t
+            self._done[part] = True
+        at = torch.as_tensor(idx)
+        loo_row, loo_head, some, loo_order = (self._kept[k][at] for k in ("loo_row", "loo_head", "some", "loo_order"))
+        coalitions = torch.cat([some, self.gate[at].unsqueeze(1)], dim=1)  # all orders kept: the gate
+        return LeftOutGates(loo_row, loo_head, coalitions, loo_order, shapley_values(coalitions))
+
+    loo_row = property(lambda self: self.left_out().loo_row)
+    loo_head = property(lambda self: self.left_out().loo_head)
+    coalitions = property(lambda self: self.left_out().coalitions)
+    loo_order = property(lambda self: self.left_out().loo_order)
+    shapley = property(lambda self: self.left_out().shapley)
+
 
 def column_owners(layout: EngramLayout) -> tuple[np.ndarray, np.ndarray]:
     """``(orders [24], heads [24])``: the order and head of each column, from ``layout.column``."""
@@ -108,15 +171,19 @@ def column_owners(layout: EngramLayout) -> tuple[np.ndarray, np.ndarray]:
     return orders, heads
 
 
-def _group_index(owner: np.ndarray) -> torch.Tensor:
-    """Column -> index of its group (order or head) among the sorted group ids: int64 ``[24]``."""
-    ids = sorted(set(owner.tolist()))
-    return torch.as_tensor([ids.index(o) for o in owner.tolist()], dtype=torch.int64)
+def _column_grid(layout: EngramLayout) -> torch.Tensor:
+    """int64 ``[n_orders, n_heads]``: the column owned by each (order, head), orders ascending."""
+    cfg = layout.config
+    return torch.as_tensor([[layout.column(o, h) for h in range(cfg.engram_n_heads)] for o in sorted(cfg.ngram_orders)])
 
 
-def _coalition_masks(n_orders: int) -> torch.Tensor:
-    """float ``[2**n_orders, n_orders]``: row ``bits`` keeps order i when bit i is set."""
-    return torch.tensor([[bits >> i & 1 for i in range(n_orders)] for bits in range(2**n_orders)], dtype=torch.float32)
+def _by_grid(t: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
+    """A per-column tensor ``[24, ...]`` as ``[n_orders, n_heads, ...]`` (a view when the columns
+    are already order-major, as in the reference layout)."""
+    flat = grid.flatten()
+    if not torch.equal(flat, torch.arange(len(flat), device=flat.device)):
+        t = t.index_select(0, flat)
+    return t.view(*grid.shape, *t.shape[1:])
 
 
 def shapley_values(coalitions: torch.Tensor) -> torch.Tensor:
@@ -136,105 +203,108 @@ def shapley_values(coalitions: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _row_parts(engram: Engram, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(parts [24, n, N], kv_f32 [n, N])``: each row's share of the float32 wkv output (row-major,
-    one GEMM per row), and the output itself as the module's GEMM computes it (before rounding)."""
-    w = engram.wkv.weight.detach()
+def _row_parts(
+    engram: Engram, rows: torch.Tensor, cols: slice = slice(None), total: bool = True
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(parts [24, n, N'], kv_f32 [n, N'])`` over the wkv output columns ``cols``: each row's
+    share of the float32 wkv output (one GEMM per row), and (``total``) the output itself as the
+    module's float32 GEMM computes it (before rounding)."""
+    w = engram.wkv.weight.detach()[cols]
     a = engram.wkv.inputs(rows.flatten(-2))  # [n, K]
     n_cols = rows.shape[-2]
     per_row = a.unflatten(-1, (n_cols, -1)).transpose(0, 1)  # [24, n, head_dim]
-    parts = torch.bmm(per_row, w.unflatten(-1, (n_cols, -1)).permute(1, 2, 0))  # [24, n, N]
-    return parts, torch.nn.functional.linear(a, w)
+    parts = torch.bmm(per_row, w.unflatten(-1, (n_cols, -1)).permute(1, 2, 0))  # [24, n, N']
+    return parts, torch.nn.functional.linear(a, w) if total else None
 
 
-def _variants(
-    kv_f32: torch.Tensor, parts: torch.Tensor, order_index: torch.Tensor, head_index: torch.Tensor, dtype: torch.dtype
-) -> torch.Tensor:
-    """The wkv output of every variant, rounded to ``dtype`` (the module's), ``[V, n, N]``: nothing
-    left out (the module's GEMM), each row left out, each head left out (the float32 total minus
-    the left-out parts), then every coalition of orders (the sum of the kept orders' parts, so
-    keeping none is exactly 0). Written into one preallocated tensor (no concatenation)."""
-    n_orders, n_heads = int(order_index.max()) + 1, int(head_index.max()) + 1
-    n_rows = parts.shape[0]
-    kv = kv_f32.new_empty((1 + n_rows + n_heads + 2**n_orders, *kv_f32.shape), dtype=dtype)
-    kv[0] = kv_f32
-    kv[1 : 1 + n_rows] = kv_f32 - parts
-    group = parts.new_zeros((n_heads, *parts.shape[1:])).index_add_(0, head_index, parts)
-    kv[1 + n_rows : 1 + n_rows + n_heads] = kv_f32 - group
-    group = parts.new_zeros((n_orders, *parts.shape[1:])).index_add_(0, order_index, parts)
-    kv[1 + n_rows + n_heads :] = torch.einsum("co,onj->cnj", _coalition_masks(n_orders).to(parts.device), group)
-    return kv
+def _gates(engram: Engram, h: torch.Tensor, mask: torch.Tensor, kv: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """``(numerator, dot, gate)`` ``[n, hc, V]`` of V keys per position and stream, ``kv [n, hc, V,
+    dim]`` (float32, not yet rounded), for streams ``h [n, hc, dim]``: the key rounded as the
+    module rounds it, then ``core.engram``'s formula, with ``numerator = sum(h * q * k * key)``
+    and ``mean(key^2)`` reduced per variant (a batched matrix-vector product and a norm, so no
+    temporary of the keys' size)."""
+    dim = kv.shape[-1]
+    dtype = engram.wkv.out_dtype
+    key = kv if dtype == torch.float32 else kv.to(dtype).float()
+    g = h * (engram.q_weight.float() * engram.k_weight.float()).detach()  # as engram_steps: (h * weight) * key
+    numerator = torch.matmul(key, g.unsqueeze(-1)).squeeze(-1)
+    key_sq = torch.linalg.vector_norm(key, dim=-1).square() / dim
+    dot = engram_dot(numerator, h.square().mean(-1, keepdim=True), key_sq, engram.eps, dim)
+    return numerator, dot, engram_gate(dot, engram.clamp_value).masked_fill(~mask.view(-1, 1, 1), 0)
 
 
-class _GateReached(Exception):
-    """Stops engram_steps once the gate is known (the streams' update is not needed here)."""
-
-
-def _run_variants(engram: Engram, x: torch.Tensor, mask: torch.Tensor, kv: torch.Tensor) -> dict[str, torch.Tensor]:
-    """engram_steps on ``kv [V, n, N]`` (already rounded) with streams ``x [n, hc, dim]`` shared by
-    the variants (broadcast, not copied): the captured ``key``, ``value``, ``dot`` and ``gate``."""
-    seen: dict[str, torch.Tensor] = {}
-
-    def hook(site: str, t: torch.Tensor) -> torch.Tensor:
-        seen[site] = t
-        if site == "gate":
-            raise _GateReached
-        return t
-
-    n = kv.shape[1]
-    try:
-        engram_steps(
-            x.unsqueeze(0),
-            torch.zeros((1, n, engram.n_hash_cols), dtype=torch.int64, device=kv.device),
-            mask.unsqueeze(0),
-            gather=lambda ids: kv.new_empty((*ids.shape, 0)),  # the rows are already inside kv
-            wkv=lambda _a: kv,
-            q_weight=engram.q_weight.detach(),
-            k_weight=engram.k_weight.detach(),
-            eps=engram.eps,
-            clamp=engram.clamp_value,
-            hook=hook,
-        )
-    except _GateReached:
-        pass
-    return seen
-
-
-def _chunk(engram: Engram, x: torch.Tensor, rows: torch.Tensor, mask: torch.Tensor, groups: tuple) -> dict:
-    """The attribution of n positions: x ``[n, hc, dim]``, rows ``[n, 24, head_dim]``, mask ``[n]``."""
+def _left_out_chunk(src: _Source, idx: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """``(loo_row [n, 24, hc], loo_head [n, H, hc], coalitions [n, 2**O - 1, hc] (all but the
+    full one), loo_order [n, O, hc])`` at positions ``idx``: every left-out key formed by
+    subtraction (rows, heads) or by the kept orders' sums (coalitions) into one preallocated
+    tensor ``[n, hc, V, dim]``, then one pass of :func:`_gates`."""
+    engram = src.engram
     hc, dim = engram.q_weight.shape
-    order_index, head_index = groups
-    parts, kv_f32 = _row_parts(engram, rows)
-    seen = _run_variants(engram, x, mask, _variants(kv_f32, parts, order_index, head_index, engram.wkv.out_dtype))
-    key, value, dot = seen["key"][0], seen["value"][0], seen["dot"][0]
+    n = len(idx)
+    with torch.no_grad():
+        parts, kv_f32 = _row_parts(engram, src.rows[idx], slice(0, hc * dim))  # key columns only
+        parts, kv_f32 = parts.view(-1, n, hc, dim), kv_f32.view(n, hc, dim)
+        n_orders, n_heads = src.grid.shape
+        n_rows = parts.shape[0]
+        grid = _by_grid(parts, src.grid)
+        by_head, by_order = grid.sum(0), grid.sum(1)
+        n_minus = n_rows + n_heads
+        kv = kv_f32.new_empty((n, hc, n_minus + 2**n_orders - 1, dim))
+        variant = kv.permute(2, 0, 1, 3)  # [V, n, hc, dim], written in place
+        torch.sub(kv_f32, parts, out=variant[:n_rows])
+        torch.sub(kv_f32, by_head, out=variant[n_rows:n_minus])
+        variant[n_minus] = 0  # no order kept: the key is exactly 0
+        for bits in range(1, 2**n_orders - 1):  # the full coalition is the gate itself
+            torch.sum(by_order[[o for o in range(n_orders) if bits >> o & 1]], 0, out=variant[n_minus + bits])
+        gate = _gates(engram, src.x[idx].float(), src.mask[idx], kv)[-1].transpose(1, 2).cpu()  # [n, V, hc]
+    everything = 2**n_orders - 1
+    loo_order = torch.stack([gate[:, n_minus + (everything ^ (1 << i))] for i in range(n_orders)], dim=1)
+    return gate[:, :n_rows], gate[:, n_rows:n_minus], gate[:, n_minus:], loo_order
+
+
+def _chunk_size(src: _Source) -> int:
+    """Positions per chunk of left-out gates: their keys and the row parts within :data:`CHUNK_FLOATS`."""
+    n_orders, n_heads = src.grid.shape
+    n_variants = 2 * n_orders * n_heads + n_heads + 2**n_orders
+    return max(1, CHUNK_FLOATS // (n_variants * src.x.shape[1] * src.x.shape[2]))
+
+
+def _shares(
+    engram: Engram, x: torch.Tensor, rows: torch.Tensor, mask: torch.Tensor, grid: torch.Tensor, fwd: dict
+) -> dict:
+    """The shares of n positions: x ``[n, hc, dim]``, rows ``[n, 24, head_dim]``, mask ``[n]``;
+    ``fwd``: the module's own key, value, dot and gate at these positions, or empty."""
+    hc, dim = engram.q_weight.shape
+    h = x.float()
+    g = h * (engram.q_weight.float() * engram.k_weight.float()).detach()  # [n, hc, dim]
+    parts, kv_f32 = _row_parts(engram, rows, total=not fwd)
+    if fwd:
+        dot, gate, value = fwd["dot"].float(), fwd["gate"].float(), fwd["value"].float()
+        numerator = torch.linalg.vecdot(fwd["key"].float(), g)
+    else:
+        numerator, dot, gate = (
+            t.squeeze(-1) for t in _gates(engram, h, mask, kv_f32[:, : hc * dim].view(-1, hc, 1, dim))
+        )
+        value = kv_f32[:, hc * dim :].to(engram.wkv.out_dtype).float()  # [n, dim], as the module's
     # dot = numerator * f, numerator = sum(h * q * k * key) linear in the key, f shared by the rows
-    g = x.float() * (engram.q_weight.float() * engram.k_weight.float()).detach()  # [n, hc, dim]
-    numerator = (g * key).sum(-1)  # [n, hc], with the rounded key, as dot's
     ratio = torch.where(numerator != 0, dot / numerator, torch.zeros_like(dot))
-    key_num = (parts[..., : hc * dim].unflatten(-1, (hc, dim)) * g).sum(-1)  # [24, n, hc]
+    key_num = torch.linalg.vecdot(parts[..., : hc * dim].unflatten(-1, (hc, dim)), g)  # [24, n, hc]
     dot_share = key_num.transpose(0, 1) * ratio.unsqueeze(1)  # [n, 24, hc]
     value_parts = parts[..., hc * dim :]  # [24, n, dim]
     unit = value / value.norm(dim=-1, keepdim=True).clamp_min(torch.finfo(torch.float32).tiny)
-    value_by = {
-        kind: value_parts.new_zeros((int(ix.max()) + 1, *value_parts.shape[1:])).index_add_(0, ix, value_parts)
-        for kind, ix in (("order", order_index), ("head", head_index))
-    }
+    value_grid = _by_grid(value_parts, grid)  # [n_orders, n_heads, n, dim]
+    value_by = {"order": value_grid.sum(1), "head": value_grid.sum(0)}
     return {
-        "gate": seen["gate"].transpose(0, 1),  # [n, V, hc]
+        "gate": gate,
         "dot": dot,
         "dot_share": dot_share,
         "dot_rounding": dot - dot_share.sum(1),
         "value_norm": value_parts.norm(dim=-1).T,
-        "value_proj": (value_parts * unit).sum(-1).T,
+        "value_proj": torch.linalg.vecdot(value_parts, unit).T,
         "value_rounding": (value - value_parts.sum(0)).norm(dim=-1),
         "order_value_norm": value_by["order"].norm(dim=-1).T,
         "head_value_norm": value_by["head"].norm(dim=-1).T,
     }
-
-
-def _chunk_size(engram: Engram, n_variants: int) -> int:
-    n_out = engram.wkv.weight.shape[0]
-    return max(1, CHUNK_FLOATS // (n_variants * n_out))
 
 
 def attribute_layer(
@@ -243,49 +313,30 @@ def attribute_layer(
     rows: torch.Tensor,
     token_mask: torch.Tensor,
     layout: EngramLayout | None = None,
+    *,
+    forward: dict[str, torch.Tensor] | None = None,
 ) -> LayerAttribution:
     """The attribution of every position of one sequence at one Engram layer.
 
     x ``[T, hc, dim]`` (the streams the layer read), rows ``[T, 24, head_dim]`` (as gathered,
-    ``engram.L{n}.rows``), token_mask ``[T]`` bool. Computed on the module's device in chunks of
-    positions (memory bounded by :data:`CHUNK_FLOATS`); returned on the CPU."""
+    ``engram.L{n}.rows``), token_mask ``[T]`` bool. The shares are computed now, on the module's
+    device in chunks of positions (memory bounded by :data:`CHUNK_FLOATS`), and returned on the
+    CPU; the left-out gates when asked (:meth:`LayerAttribution.left_out`), from the module's
+    weights as they are then. ``forward``: what the module computed on these inputs, ``key [T, hc,
+    dim]``, ``value [T, dim]``, ``dot`` and ``gate [T, hc]`` (its hook captures): then ``gate``,
+    ``dot`` and the value are the module's, bit for bit, and its GEMM is not repeated."""
     layout = layout or EngramLayout(engram.config)
     orders, heads = column_owners(layout)
     dev = engram.device
-    groups = (_group_index(orders).to(dev), _group_index(heads).to(dev))
-    n_orders, n_heads = len(set(orders.tolist())), len(set(heads.tolist()))
-    n_variants = 1 + len(orders) + n_heads + 2**n_orders
-    step = _chunk_size(engram, 2 * n_variants)  # the variants and the row parts
+    grid = _column_grid(layout).to(dev)
+    src = _Source(engram, x.to(dev), rows.to(dev), token_mask.to(dev), grid)
+    step = max(1, CHUNK_FLOATS // (2 * rows.shape[1] * engram.wkv.weight.shape[0]))
     out: list[dict] = []
     with torch.no_grad():
         for s in range(0, x.shape[0], step):
             sl = slice(s, s + step)
-            c = _chunk(engram, x[sl].to(dev), rows[sl].to(dev), token_mask[sl].to(dev), groups)
+            fwd = {k: forward[k][sl].to(dev) for k in ("key", "value", "dot", "gate")} if forward else {}
+            c = _shares(engram, src.x[sl], src.rows[sl], src.mask[sl], grid, fwd)
             out.append({k: v.cpu() for k, v in c.items()})
     cat = {k: torch.cat([p[k] for p in out]) for k in out[0]}
-    spans = {"row": slice(1, 1 + len(orders)), "head": slice(1 + len(orders), 1 + len(orders) + n_heads)}
-    spans["coalition"] = slice(spans["head"].stop, n_variants)
-    return _assemble(engram.layer_id, orders, heads, cat, spans)
-
-
-def _assemble(
-    layer: int, orders: np.ndarray, heads: np.ndarray, cat: dict, spans: dict[str, slice]
-) -> LayerAttribution:
-    gates = cat.pop("gate")  # [T, V, hc]
-    coalitions = gates[:, spans["coalition"]].clone()
-    coalitions[:, -1] = gates[:, 0]  # all orders kept is variant 0 (equal up to the batch's reduction order)
-    n_orders = coalitions.shape[1].bit_length() - 1
-    everything = 2**n_orders - 1
-    loo_order = torch.stack([coalitions[:, everything ^ (1 << i)] for i in range(n_orders)], dim=1)
-    return LayerAttribution(
-        layer=layer,
-        orders=orders,
-        heads=heads,
-        gate=gates[:, 0],
-        loo_row=gates[:, spans["row"]],
-        loo_head=gates[:, spans["head"]],
-        coalitions=coalitions,
-        loo_order=loo_order,
-        shapley=shapley_values(coalitions),
-        **cat,
-    )
+    return LayerAttribution(layer=engram.layer_id, orders=orders, heads=heads, source=src, **cat)

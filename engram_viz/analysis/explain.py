@@ -5,8 +5,10 @@ owner and decoded n-gram.
 ``explain(pipeline, "Alexander the Great", positions=[3])`` works for every checkpoint a Pipeline
 reads (the tiny LM with its own streams, synthetic or real Engram layers on embedding, captured or
 user streams): it reads the streams each Engram module was called with (a forward pre-hook) and
-the gathered rows (``engram.L{n}.rows``) during one ordinary ``Pipeline.run``, then re-runs only
-the gate arithmetic. Frames:
+the gathered rows (``engram.L{n}.rows``) during one ordinary ``Pipeline.run``, then computes the
+shares of every position asked; the left-out gates and Shapley values (the gate arithmetic re-run
+on the keys with rows left out) are computed when a frame or :meth:`LayerAttribution.left_out`
+first asks for a position, and kept. Frames:
 
 - :meth:`Explanation.rows_frame`: one row per (position, layer, column, stream): prompt,
   position, token, layer, order, head, column, row, ngram, stream, gate, dot, dot_share,
@@ -103,7 +105,7 @@ class Explanation:
                 "dot_share": a.dot_share[idx].numpy(),
                 "value_norm": a.value_norm[idx].unsqueeze(-1).expand(shape).numpy(),
                 "value_proj": a.value_proj[idx].unsqueeze(-1).expand(shape).numpy(),
-                "loo_gate": a.loo_row[idx].numpy(),
+                "loo_gate": a.left_out(idx).loo_row.numpy(),
             }
             parts.append(pd.DataFrame({k: np.asarray(v).reshape(-1) for k, v in cols.items()}))
         df = pd.concat(parts, ignore_index=True)
@@ -127,6 +129,7 @@ class Explanation:
     def position_summary(self, position: int) -> dict[str, Any]:
         """Plain-JSON summary of one position: token, gates, dots, the rounding left over, per layer."""
         i = self.index(position)
+        left = {layer: a.left_out([i]) for layer, a in self.layers.items()}
         return {
             "prompt": self.prompt,
             "model": self.model_label,
@@ -137,8 +140,8 @@ class Explanation:
                     "gate": a.gate[i].tolist(),
                     "dot": a.dot[i].tolist(),
                     "dot_rounding": a.dot_rounding[i].tolist(),
-                    "shapley": {str(o): a.shapley[i, k].tolist() for k, o in enumerate(a.order_ids)},
-                    "loo_order": {str(o): a.loo_order[i, k].tolist() for k, o in enumerate(a.order_ids)},
+                    "shapley": {str(o): left[layer].shapley[0, k].tolist() for k, o in enumerate(a.order_ids)},
+                    "loo_order": {str(o): left[layer].loo_order[0, k].tolist() for k, o in enumerate(a.order_ids)},
                 }
                 for layer, a in self.layers.items()
             },
@@ -150,13 +153,14 @@ class Explanation:
         parts = []
         for layer_id in layers:
             a = self.layers[layer_id]
+            left = a.left_out(idx)
             for kind, ids, loo, norm in (
-                ("order", a.order_ids, a.loo_order, a.order_value_norm),
-                ("head", a.head_ids, a.loo_head, a.head_value_norm),
+                ("order", a.order_ids, left.loo_order, a.order_value_norm[idx]),
+                ("head", a.head_ids, left.loo_head, a.head_value_norm[idx]),
             ):
                 share = a.group(a.dot_share, kind)[idx]  # [P, G, hc]
                 shape = tuple(share.shape)
-                shapley = a.shapley[idx].numpy() if kind == "order" else np.full(shape, np.nan)
+                shapley = left.shapley.numpy() if kind == "order" else np.full(shape, np.nan)
                 cols = {
                     "position": np.broadcast_to(self.positions[idx][:, None, None], shape),
                     "layer": np.full(shape, layer_id),
@@ -165,9 +169,9 @@ class Explanation:
                     "stream": np.broadcast_to(np.arange(shape[2])[None, None, :], shape),
                     "gate": a.gate[idx].unsqueeze(1).expand(shape).numpy(),
                     "dot_share": share.numpy(),
-                    "value_norm": norm[idx].unsqueeze(-1).expand(shape).numpy(),
+                    "value_norm": norm.unsqueeze(-1).expand(shape).numpy(),
                     "value_proj": a.group(a.value_proj.unsqueeze(-1), kind)[idx].expand(shape).numpy(),
-                    "loo_gate": loo[idx].numpy(),
+                    "loo_gate": loo.numpy(),
                     "shapley": shapley,
                 }
                 parts.append(pd.DataFrame({k: np.asarray(v).reshape(-1) for k, v in cols.items()}))
@@ -181,13 +185,14 @@ def _decoded_ngrams(trace: Any, decoder: NgramDecoder, positions: np.ndarray, ma
     """``{order: text}`` of the n-gram each position hashes, per explained position."""
     c, text = trace_sequences(trace)[0]
     windows, _ = sequence_windows(c, int(trace.meta["pad_compressed"]), max_ngram, text)
-    orders = range(2, max_ngram + 1)
-    grams = {o: window_ngrams(windows, o) for o in orders}
-    return [{o: decoder.text(grams[o][p]) for o in orders} for p in positions]
+    longest = window_ngrams(windows[positions], max_ngram)  # [P, max_ngram], oldest first
+    pieces = np.asarray(decoder.pieces(longest.ravel()), dtype=object).reshape(longest.shape)
+    # the n-gram of order o is the last o pieces of the longest one
+    return [{o: "".join(row[max_ngram - o :]) for o in range(2, max_ngram + 1)} for row in pieces.tolist()]
 
 
 def _run_capturing(pipeline: Any, prompt: Any) -> tuple[Any, dict[int, torch.Tensor]]:
-    """``Pipeline.run`` of one prompt with the rows captured and each Engram layer's input streams
+    """``Pipeline.run`` of one prompt with the rows, key, value and dot captured and each Engram layer's input streams
     read by a forward pre-hook: ``(trace, {layer: x [T, hc, dim]})``."""
     xs: dict[int, torch.Tensor] = {}
     handles = [
@@ -195,7 +200,7 @@ def _run_capturing(pipeline: Any, prompt: Any) -> tuple[Any, dict[int, torch.Ten
         for n, e in pipeline.engrams.items()
     ]
     try:
-        trace = pipeline.run([prompt], names=["engram.*.rows"])
+        trace = pipeline.run([prompt], names=[f"engram.*.{site}" for site in ("rows", "key", "value", "dot")])
     finally:
         for h in handles:
             h.remove()
@@ -222,11 +227,19 @@ def explain(
     missing = [x for x in layer_ids if x not in pipeline.engrams]
     if missing:
         raise AttributionError(f"layer {missing[0]} is not an Engram layer; expected one of {list(pipeline.layer_ids)}")
-    rows, mask = trace.captured("rows"), trace.token_types[0, :n] < 0
+    mask = trace.token_types[0, :n] < 0
     layout = EngramLayout(pipeline.config)
     sel = torch.from_numpy(pos)
+    got = {site: trace.captured(site) for site in ("rows", "key", "value", "dot", "gate")}
     attributions = {
-        layer: attribute_layer(pipeline.engrams[layer], xs[layer][sel], rows[layer][0, sel], mask[sel], layout)
+        layer: attribute_layer(
+            pipeline.engrams[layer],
+            xs[layer][sel],
+            got["rows"][layer][0, sel],
+            mask[sel],
+            layout,
+            forward={site: got[site][layer][0, sel] for site in ("key", "value", "dot", "gate")},
+        )
         for layer in layer_ids
     }
     decoder = decoder or NgramDecoder(pipeline.tokenizer)

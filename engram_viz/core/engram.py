@@ -105,6 +105,18 @@ def _no_hook(site: str, t: torch.Tensor) -> torch.Tensor:
     return t
 
 
+def engram_dot(hwk: torch.Tensor, h_sq: torch.Tensor, key_sq: torch.Tensor, eps: float, dim: int) -> torch.Tensor:
+    """``dot [..., hc]`` from its three reductions over dim: ``hwk = sum(h * q_weight * k_weight * key)``,
+    ``h_sq = mean(h^2)``, ``key_sq = mean(key^2)`` (h and the key normalised per (token, stream))."""
+    rstd = torch.rsqrt(h_sq + eps) * torch.rsqrt(key_sq + eps)
+    return hwk * rstd * dim**-0.5
+
+
+def engram_gate(dot: torch.Tensor, clamp: float = CLAMP_VALUE) -> torch.Tensor:
+    """The gate from ``dot``: the signed square root before the sigmoid (token mask not applied)."""
+    return torch.sigmoid(torch.copysign(dot.abs().clamp_min(clamp).sqrt(), dot))
+
+
 def engram_steps(
     x: torch.Tensor,
     hash_ids: torch.Tensor,
@@ -136,11 +148,8 @@ def engram_steps(
     value = hook("value", value.float())
     weight = q_weight.float() * k_weight.float()  # only ever used as a product
     # normalised per (token, stream) over dim, not jointly over the streams
-    rstd = torch.rsqrt(h.square().mean(-1) + eps) * torch.rsqrt(key.square().mean(-1) + eps)
-    dot = hook("dot", (h * weight * key).sum(-1) * rstd * dim**-0.5)
-    # signed square root before the sigmoid
-    gate = torch.sigmoid(torch.copysign(dot.abs().clamp_min(clamp).sqrt(), dot))
-    gate = hook("gate", gate.masked_fill(~token_mask.unsqueeze(-1), 0))
+    dot = hook("dot", engram_dot((h * weight * key).sum(-1), h.square().mean(-1), key.square().mean(-1), eps, dim))
+    gate = hook("gate", engram_gate(dot, clamp).masked_fill(~token_mask.unsqueeze(-1), 0))
     return hook("out", (h + gate.unsqueeze(-1) * value.unsqueeze(-2)).to(x.dtype))
 
 

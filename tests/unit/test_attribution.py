@@ -151,3 +151,25 @@ def test_chunks_change_nothing(case, monkeypatch):
     b = attribute_layer(engram, x[0], ref["rows"], mask[0])
     torch.testing.assert_close(b.dot_share, a.dot_share, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(b.shapley, a.shapley, atol=2e-5, rtol=0)
+
+
+def test_left_out_on_demand_equals_all_at_once(case):
+    engram, x, _, mask, ref, a = case
+    b = attribute_layer(engram, x[0], ref["rows"], mask[0])
+    some = b.left_out([7, 2, 7])  # asked first for two positions (one twice), then for all
+    every = b.left_out()
+    for name in ("loo_row", "loo_head", "coalitions", "loo_order", "shapley"):
+        assert torch.equal(getattr(some, name), getattr(every, name)[[7, 2, 7]])
+        _close_to_rerun(engram, getattr(every, name), getattr(a, name))  # other batches: other GEMM sums
+    with pytest.raises(IndexError, match="outside"):
+        b.left_out([T])
+
+
+def test_the_modules_own_forward_is_taken_as_is(case):
+    engram, x, _, mask, ref, a = case
+    fwd = {k: ref[k] for k in ("key", "value", "dot", "gate")}
+    b = attribute_layer(engram, x[0], ref["rows"], mask[0], forward=fwd)
+    assert torch.equal(b.gate, ref["gate"]) and torch.equal(b.dot, ref["dot"])
+    torch.testing.assert_close(b.dot_share, a.dot_share, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(b.value_proj, a.value_proj, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(b.loo_row, a.loo_row, atol=0, rtol=0)  # the left-out gates never read fwd
