@@ -147,20 +147,24 @@ class Explanation:
             },
         }
 
-    def groups_frame(self, position: int | None = None, layer: int | None = None) -> pd.DataFrame:
-        """The tidy per-order and per-head frame (:data:`GROUP_COLUMNS`)."""
+    def groups_frame(
+        self, position: int | None = None, layer: int | None = None, *, left_out: bool = True
+    ) -> pd.DataFrame:
+        """The tidy per-order and per-head frame (:data:`GROUP_COLUMNS`). With ``left_out=False``
+        only the shares (loo_gate and shapley NaN): nothing is re-run, so it costs no more than the
+        explanation itself (what the token HTML's tooltips need)."""
         idx, layers = self._selection(position, layer)
         parts = []
         for layer_id in layers:
             a = self.layers[layer_id]
-            left = a.left_out(idx)
+            left = a.left_out(idx) if left_out else None
             for kind, ids, loo, norm in (
-                ("order", a.order_ids, left.loo_order, a.order_value_norm[idx]),
-                ("head", a.head_ids, left.loo_head, a.head_value_norm[idx]),
+                ("order", a.order_ids, left.loo_order if left else None, a.order_value_norm[idx]),
+                ("head", a.head_ids, left.loo_head if left else None, a.head_value_norm[idx]),
             ):
                 share = a.group(a.dot_share, kind)[idx]  # [P, G, hc]
                 shape = tuple(share.shape)
-                shapley = left.shapley.numpy() if kind == "order" else np.full(shape, np.nan)
+                shapley = left.shapley.numpy() if left and kind == "order" else np.full(shape, np.nan)
                 cols = {
                     "position": np.broadcast_to(self.positions[idx][:, None, None], shape),
                     "layer": np.full(shape, layer_id),
@@ -171,7 +175,7 @@ class Explanation:
                     "dot_share": share.numpy(),
                     "value_norm": norm.unsqueeze(-1).expand(shape).numpy(),
                     "value_proj": a.group(a.value_proj.unsqueeze(-1), kind)[idx].expand(shape).numpy(),
-                    "loo_gate": loo.numpy(),
+                    "loo_gate": loo.numpy() if loo is not None else np.full(shape, np.nan),
                     "shapley": shapley,
                 }
                 parts.append(pd.DataFrame({k: np.asarray(v).reshape(-1) for k, v in cols.items()}))

@@ -21,6 +21,8 @@ from engram_viz.viz.frames import (
 )
 from engram_viz.viz.style import display_piece
 
+ATTRIBUTION_COLUMNS = ("prompt", "position", "layer", "kind", "group", "stream", "dot_share")
+
 
 @dataclass(frozen=True)
 class TokenCell:
@@ -46,14 +48,48 @@ def view_setup(gates: pd.DataFrame, prompts, layer: int | None) -> tuple[list, i
     return chosen, layers[0]
 
 
+def order_shares_text(attribution: pd.DataFrame | None, prompt, layer: int, stream: int | str) -> dict[int, str]:
+    """position -> one line with the n-gram orders' shares of the gate's ``dot`` at ``layer``, as
+    percentages of their sum (signed: an order can pull the gate shut), for one stream or, for a
+    reduction ('mean' / 'max' / 'min'), the shares averaged over the streams.
+
+    ``attribution``: an explanation's groups frame (``Explanation.groups_frame``; columns
+    prompt, position, layer, kind, group, stream, dot_share; the ``order`` rows are read)."""
+    if attribution is None:
+        return {}
+    require_columns(attribution, ATTRIBUTION_COLUMNS, "attribution")
+    at = attribution[
+        (attribution["prompt"] == prompt) & (attribution["layer"] == layer) & (attribution["kind"] == "order")
+    ]
+    if not isinstance(stream, str):
+        at = at[at["stream"] == stream]
+    shares = at.groupby(["position", "group"])["dot_share"].mean().unstack("group").sort_index(axis=1)
+    label = stream_label(stream if not isinstance(stream, str) else "mean")
+    out: dict[int, str] = {}
+    for position, row in zip(shares.index, shares.to_numpy(dtype=float)):
+        total = row.sum()
+        parts = (
+            "  ".join(f"{int(o)}-gram {100 * v / total:+.0f}%" for o, v in zip(shares.columns, row)) if total else ""
+        )
+        out[int(position)] = f"order shares of dot ({label}): " + (parts or "none (dot 0)")
+    return out
+
+
 def token_cells(
-    gates: pd.DataFrame, prompt, layer: int, stream: int | str = "mean", rows: pd.DataFrame | None = None
+    gates: pd.DataFrame,
+    prompt,
+    layer: int,
+    stream: int | str = "mean",
+    rows: pd.DataFrame | None = None,
+    attribution: pd.DataFrame | None = None,
 ) -> list[TokenCell]:
     """The chips of one prompt at one layer. Needs gates columns prompt, position, token, is_image,
-    layer, stream, gate (+ exposure, shown in tooltips when present); ``rows`` adds row ids to tooltips."""
+    layer, stream, gate (+ exposure, shown in tooltips when present); ``rows`` adds row ids to
+    tooltips, ``attribution`` (a groups frame, :func:`order_shares_text`) the orders' shares."""
     table = gate_table(gates, prompt, layer)
     values = reduce_streams(table, stream)
     row_text = row_ids_text(rows, prompt, layer)
+    share_text = order_shares_text(attribution, prompt, layer, stream)
     has_exposure = "exposure" in table.columns
     cells: list[TokenCell] = []
     positions = table.index.to_numpy()
@@ -83,6 +119,8 @@ def token_cells(
         ]
         if has_exposure:
             lines.append(f"collision exposure {int(exposure[i])}/24 rows shared")
+        if position in share_text:
+            lines.append(share_text[position])
         if position in row_text:
             lines.append(row_text[position])
         cells.append(TokenCell(display_piece(piece), float(values[i]), "\n".join(lines), False, piece.endswith("\n")))

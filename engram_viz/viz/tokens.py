@@ -75,12 +75,16 @@ def token_html(
     title: str | None = None,
     full_page: bool = True,
     fontsize: float = 16.0,
+    attribution: pd.DataFrame | None = None,
 ) -> str:
     """Token-coloured text as HTML with a tooltip per token (token, position, the layer's stream
-    gates, collision exposure, and the 24 row ids when ``rows`` is given).
+    gates, collision exposure, the n-gram orders' shares of the gate when ``attribution`` is given,
+    and the 24 row ids when ``rows`` is given).
 
     gates: prompt, position, token, is_image, layer, stream, gate [+ exposure]; rows (optional):
-    prompt, position, layer, order, head, row. Inline CSS only: no scripts, no network. With
+    prompt, position, layer, order, head, row; attribution (optional): an explanation's groups
+    frame (``Explanation.groups_frame(left_out=False)``: prompt, position, layer, kind, group,
+    stream, dot_share). The tooltip is the ``title`` attribute: inline CSS only, no scripts, no network. With
     ``full_page`` a complete document, else a fragment for a notebook cell.
     """
     chosen, layer = view_setup(gates, prompts, layer)
@@ -88,7 +92,7 @@ def token_html(
     norm = Normalize(vmin, vmax)
     blocks = []
     for prompt in chosen:
-        cells = token_cells(gates, prompt, layer, stream, rows)
+        cells = token_cells(gates, prompt, layer, stream, rows, attribution)
         label = f"{prompt} \u00b7 layer {layer} \u00b7 {stream_label(stream)}"
         blocks.append(
             f'<section style="margin:0 0 16px 0"><div style="font-size:12px;color:{t.muted};'
@@ -131,6 +135,7 @@ class TokenView:
     vmin: float = 0.0
     vmax: float = 1.0
     title: str | None = None
+    attribution: pd.DataFrame | None = None
 
     def html(self, full_page: bool = True) -> str:
         return token_html(
@@ -144,6 +149,7 @@ class TokenView:
             vmax=self.vmax,
             title=self.title,
             full_page=full_page,
+            attribution=self.attribution,
         )
 
     def figure(self, width: float = 6.5) -> Figure:
@@ -183,9 +189,10 @@ def token_view(
     rows: pd.DataFrame | None = None,
     theme: str = "light",
     title: str | None = None,
+    attribution: pd.DataFrame | None = None,
 ) -> TokenView:
     """A ``TokenView`` of gates (prompt, position, token, is_image, layer, stream, gate [+ exposure]),
-    checked now so that errors show where the view is made."""
+    checked now so that errors show where the view is made; ``attribution`` as in :func:`token_html`."""
     view_setup(gates, prompts, layer)
     get_theme(theme)
-    return TokenView(gates, prompts, layer, stream, rows, theme, title=title)
+    return TokenView(gates, prompts, layer, stream, rows, theme, title=title, attribution=attribution)

@@ -5,6 +5,7 @@ zeroed through the Pipeline's ``rows`` hook, frames carry owners and decoded n-g
 
 from __future__ import annotations
 
+import html
 import json
 
 import numpy as np
@@ -16,6 +17,7 @@ from engram_viz.cli import main
 from engram_viz.core.layout import EngramLayout
 from engram_viz.errors import EngramVizError
 from engram_viz.run.pipeline import Pipeline
+from engram_viz.viz.tokens import token_html
 from engram_viz.weights.synthetic import synthetic_checkpoint
 
 pytestmark = pytest.mark.integration
@@ -109,3 +111,17 @@ def test_cli_explain(capsys):
     assert "Shapley" in text and text.count("\n") >= pipe.config.n_hash_cols
     assert main(["explain", TEXT, "--position", "99"]) == 2
     assert "outside the prompt" in capsys.readouterr().err
+
+
+def test_token_html_tooltips_from_an_explanation(pipe):
+    layer = pipe.layer_ids[0]
+    trace = pipe.run([TEXT])
+    explained = explain(pipe, TEXT, layers=[layer])
+    shares = explained.groups_frame(left_out=False)
+    assert shares["loo_gate"].isna().all() and not explained.layers[layer]._done.any()  # nothing re-run
+    page = token_html(trace.to_frame("gates"), layer=layer, stream=0, attribution=shares)
+    assert "<script" not in page
+    a = explained.layers[layer]
+    orders = a.group(a.dot_share, "order")[2, :, 0]  # position 2, stream 0
+    want = "  ".join(f"{o}-gram {100 * float(v / orders.sum()):+.0f}%" for o, v in zip(a.order_ids, orders))
+    assert f"order shares of dot (stream 0): {want}" in html.unescape(page)
