@@ -11,14 +11,15 @@ from position 0, as ``Pipeline(streams="block0")`` runs one batch.
 Printed, in one run:
 
 - set-up: drawing the dense block-0 tensors (fp8 GEMM weights with their e8m0 scales, ...);
-- block-0 streams (``core.block0.block0_streams``) per pass: wall time, of which drawing the
+- block-0 streams (``core.block0.block0_streams``) per pass: wall and CPU time, of which drawing the
   routed experts' random fp4 codes (procedural only: a real checkpoint reads each used expert's
   19 MB from disk instead; the fp4 dequantisation is counted in the block), and the experts used;
 - the embedding proxy (``run.streams.embedding_streams``) on the same ids: median wall time;
 - memory: resident set size (VmRSS, sampled every 5 ms) before the first pass and its peak during
   the passes, and the process's lifetime peak (``ru_maxrss``).
 
-The machines here are shared: read the times as orders of magnitude.
+The machines here are shared: read the times as orders of magnitude (the CPU time is less
+sensitive to other load than the wall time). Results: ``benchmarks/results/block0_streams.txt``.
 """
 
 from __future__ import annotations
@@ -128,11 +129,12 @@ def main() -> None:
     with PeakRSS() as peak:
         for rep in range(args.reps):
             clock.seconds, src.experts_read = 0.0, 0
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             x = block0_streams(src, ids)
-            wall = time.perf_counter() - t0
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
             print(
-                f"block-0 pass {rep + 1}: {wall:.1f} s wall, of which {clock.seconds:.1f} s drawing random fp4 "
+                f"block-0 pass {rep + 1}: {wall:.1f} s wall ({cpu:.1f} s CPU, all threads), of which "
+                f"{clock.seconds:.1f} s wall drawing random fp4 "
                 f"experts -> {wall - clock.seconds:.1f} s block 0 ({src.experts_read} routed experts used); "
                 f"streams {list(x.shape)} {x.dtype}"
             )
