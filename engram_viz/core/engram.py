@@ -13,17 +13,14 @@ The math is the reference's ``Engram.forward`` (reference section 5), in float32
 
 with ``h = x.float()`` and ``eps = config.norm_eps`` (1e-20 for V4.1-Flash) used as is.
 
-``wkv`` runs in one of three modes (:data:`WKV_MODES`):
-
-- ``fp8``: the reference path. The input activations are quantised per 32 values to e4m3 with
-  power-of-two scales (``fp8.quantize_blockwise``), dequantised, multiplied by the dequantised
-  weight with float32 accumulation, and the result rounded to bf16 - an exact emulation of the
-  reference fp8 GEMM up to float32 summation order.
-- ``bf16``: the same dequantised weight, no activation quantisation, output rounded to bf16.
-- ``float32``: no quantisation and no rounding at all (for training; not a reference path).
+``wkv`` (``core/wkv.py``) runs in one of three modes (:data:`WKV_MODES`: ``fp8``, the reference
+path; ``bf16``; ``float32`` for training), its GEMM on exact bf16 operands with float32
+accumulation where the device has bf16 kernels, else in float32 (``gemm``: ``auto``, ``bf16``,
+``float32``); the two differ only in float32 summation order.
 
 Devices: the module computes on ``device`` (default: CUDA when available, else CPU). Tables stay
-where they are: a host table is gathered on the CPU and only the gathered rows move to the device;
+where they are: a host table is gathered on the CPU and only the gathered rows move to the device
+(through pinned memory, non-blocking: :func:`to_device`);
 a table that is itself a trainable ``nn.Module`` is registered as a submodule and gathered on its
 own device. ``forward`` returns its output on the device of ``x``.
 
@@ -36,8 +33,8 @@ reference-structured module) both run it, so the formula lives once.
 A hook that returns a tensor replaces the intermediate for the rest of the forward (e.g. force
 ``gate`` to 0 to ablate the memory).
 
-CPU vs CUDA (stated tolerance, checked by ``benchmarks/gpu_check.py`` and a CUDA-only test):
-the float32 GEMM sums in a different order on each device, so a few bf16-rounded ``key``/``value``
+CPU vs CUDA, and bf16 vs float32 GEMM operands (stated tolerance, checked by
+``benchmarks/gpu_check.py``, ``benchmarks/wkv_forward.py`` and tests): the GEMM sums in a different order on each device and path, so a few bf16-rounded ``key``/``value``
 elements (about 5 in 100,000 at v41-flash size) land one bf16 ulp apart; the rest differs only by
 float32 rounding (reductions over dim, rsqrt, sigmoid). Hence ``key``/``value`` agree within one bf16 ulp, ``dot`` within
 :data:`CPU_CUDA_DOT_ATOL` (1e-3; ~1.5e-4 seen), gates within :data:`CPU_CUDA_GATE_ATOL` (5e-3) at
@@ -54,15 +51,14 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from engram_viz.config import EngramConfig, load_config
 from engram_viz.core import fp8
 from engram_viz.core.hooks import HOOK_SITES, HookPoint, hook_name, hook_points
 from engram_viz.core.schema import SAFETENSORS_DTYPES, expected_tensors
+from engram_viz.core.wkv import GEMMS, WKV_MODES, WkvLinear  # noqa: F401 - GEMMS, WKV_MODES re-exported
 
-WKV_MODES = ("fp8", "bf16", "float32")
 CLAMP_VALUE = 1e-6  # |dot| floor before the signed square root (reference ``clamp_value``)
 CPU_CUDA_GATE_ATOL = 5e-3  # stated CPU vs CUDA gate tolerance: max abs difference
 CPU_CUDA_GATE_P99 = 1e-4  # ... and the 99th percentile of the abs differences
@@ -153,51 +149,15 @@ def engram_steps(
     return hook("out", (h + gate.unsqueeze(-1) * value.unsqueeze(-2)).to(x.dtype))
 
 
-class WkvLinear(nn.Module):
-    """``wkv``: ``[..., 24 * head_dim] -> [..., (hc + 1) * dim]``, no bias, in one of :data:`WKV_MODES`.
-
-    ``weight`` is the dequantised float32 matrix ``[N, K]``, kept once (never re-dequantised per call).
-    """
-
-    def __init__(self, weight: torch.Tensor, mode: str = "fp8", trainable: bool = True):
-        super().__init__()
-        if (
-            weight.dim() != 2
-            or not weight.is_floating_point()
-            or weight.dtype in (torch.float8_e4m3fn, torch.float8_e8m0fnu)
-        ):
-            raise TypeError(
-                f"wkv weight must be a dequantised float matrix [N, K], got {weight.dtype} {list(weight.shape)}"
-            )
-        self.weight = nn.Parameter(weight.detach().to(torch.float32), requires_grad=trainable)
-        self.mode = mode
-
-    @property
-    def mode(self) -> str:
-        return self._mode
-
-    @mode.setter
-    def mode(self, mode: str) -> None:
-        if mode not in WKV_MODES:
-            raise ValueError(f"wkv mode {mode!r} unknown; expected one of {WKV_MODES}")
-        self._mode = mode
-
-    def inputs(self, a: torch.Tensor) -> torch.Tensor:
-        """The activations the GEMM multiplies, float32 ``[..., K]``: e4m3-rounded per 32 values in
-        ``fp8`` mode (``fp8.fp8_activations``), ``a`` itself otherwise. Every 32-block lies inside one
-        row (``head_dim`` is a multiple of 32), so each row's activations depend on that row alone."""
-        return fp8.fp8_activations(a) if self._mode == "fp8" else a.float()
-
-    @property
-    def out_dtype(self) -> torch.dtype:
-        """What the float32 GEMM output is rounded to: bf16, except in ``float32`` mode."""
-        return torch.float32 if self._mode == "float32" else torch.bfloat16
-
-    def forward(self, a: torch.Tensor) -> torch.Tensor:
-        return F.linear(self.inputs(a), self.weight).to(self.out_dtype)
-
-    def extra_repr(self) -> str:
-        return f"in={self.weight.shape[1]}, out={self.weight.shape[0]}, mode={self._mode!r}"
+def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``t`` on ``device``. Host rows bound for CUDA go through pinned memory (torch's caching host
+    allocator: reused across calls, never overwritten before its copy is done) with a non-blocking
+    copy, so the transfer runs at full PCIe/NVLink rate and the host returns at once."""
+    if device.type != "cuda" or t.device.type != "cpu":
+        return t.to(device)
+    staging = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+    staging.copy_(t)
+    return staging.to(device, non_blocking=True)
 
 
 def _table_device(table: Any) -> torch.device:
@@ -237,6 +197,7 @@ class Engram(nn.Module):
         k_weight: torch.Tensor | None = None,
         *,
         mode: str = "fp8",
+        gemm: str = "auto",
         device: str | torch.device | None = None,
         trainable: bool = True,
         generator: torch.Generator | None = None,
@@ -279,7 +240,7 @@ class Engram(nn.Module):
             self.table = table
         else:
             object.__setattr__(self, "table", table)
-        self.wkv = WkvLinear(wkv_weight.to(device), mode=mode, trainable=trainable)
+        self.wkv = WkvLinear(wkv_weight.to(device), mode=mode, trainable=trainable, gemm=gemm)
         self.q_weight = nn.Parameter(q_weight.detach().to(device), requires_grad=trainable)
         self.k_weight = nn.Parameter(k_weight.detach().to(device), requires_grad=trainable)
         if isinstance(table, nn.Module) and "table" in self._modules:
@@ -295,6 +256,7 @@ class Engram(nn.Module):
         weights: Any,
         mode: str = "fp8",
         device: str | torch.device | None = None,
+        gemm: str = "auto",
     ) -> Engram:
         """Build from checkpoint weights (``checkpoint.EngramWeights``: ``layer_id``, ``table``,
         ``wkv_weight`` e4m3 ``[N, K]``, ``wkv_scale`` e8m0 ``[ceil(N/32), ceil(K/32)]``, ``q_weight``,
@@ -322,7 +284,16 @@ class Engram(nn.Module):
             )
         wkv = fp8.dequantize_blocks(weights.wkv_weight.to(device), weights.wkv_scale.to(device))
         return cls(
-            config, layer_id, table, wkv, weights.q_weight, weights.k_weight, mode=mode, device=device, trainable=False
+            config,
+            layer_id,
+            table,
+            wkv,
+            weights.q_weight,
+            weights.k_weight,
+            mode=mode,
+            gemm=gemm,
+            device=device,
+            trainable=False,
         )
 
     # -- properties ---------------------------------------------------------------------------------
@@ -337,6 +308,15 @@ class Engram(nn.Module):
     @mode.setter
     def mode(self, mode: str) -> None:
         self.wkv.mode = mode
+
+    @property
+    def gemm(self) -> str:
+        """The wkv GEMM's operands (``auto``, ``bf16``, ``float32``; see ``WkvLinear``)."""
+        return self.wkv.gemm
+
+    @gemm.setter
+    def gemm(self, gemm: str) -> None:
+        self.wkv.gemm = gemm
 
     @property
     def embed(self) -> Any:
@@ -355,7 +335,7 @@ class Engram(nn.Module):
             raise ValueError(
                 f"table returned rows of shape {list(rows.shape)}; expected {[*hash_ids.shape, self.head_dim]}"
             )
-        return rows.to(self.device)
+        return to_device(rows, self.device)
 
     def forward(self, x: torch.Tensor, hash_ids: torch.Tensor, token_mask: torch.Tensor | None = None) -> torch.Tensor:
         """x ``[B, T, hc, dim]``; hash_ids ``[B, T, 24]`` int; token_mask ``[B, T]`` bool (False: the gate

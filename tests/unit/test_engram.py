@@ -133,7 +133,7 @@ def test_forward_equals_float64_reference(weights, inputs, mode, x_dtype):
 
 def test_fp8_mode_is_fp8_linear_with_cached_weight(weights, inputs, monkeypatch):
     x, ids, _ = inputs
-    engram = Engram.from_weights("tiny", weights, mode="fp8", device="cpu")
+    engram = Engram.from_weights("tiny", weights, mode="fp8", device="cpu", gemm="float32")  # bf16: test_wkv.py
     rows = weights.table(ids).flatten(-2)
     want = fp8.fp8_linear(rows, weights.wkv_weight, weights.wkv_scale)
     calls = []
@@ -145,7 +145,7 @@ def test_fp8_mode_is_fp8_linear_with_cached_weight(weights, inputs, monkeypatch)
 
 def test_modes_differ_only_by_activation_quantisation(weights, inputs):
     _, ids, _ = inputs
-    engram = Engram.from_weights("tiny", weights, mode="bf16", device="cpu")
+    engram = Engram.from_weights("tiny", weights, mode="bf16", device="cpu", gemm="float32")  # bf16: test_wkv.py
     rows = weights.table(ids).flatten(-2)
     w = fp8.dequantize_blocks(weights.wkv_weight, weights.wkv_scale)
     assert engram.mode == "bf16" and engram.wkv(rows).dtype == torch.bfloat16
