@@ -159,8 +159,9 @@ def agreement(name: str, ref: dict, other: dict, x, out, mask, res: dict) -> lis
     res["dot_max_abs_diff"] = float((other["dot"].cpu() - ref["dot"]).abs().max())
     key_c, key_g = ref["key"], other["key"].cpu()
     ulps = (bf16_order(key_g) - bf16_order(key_c)).abs()
-    res["key_max_ulps"] = int(ulps.max())
+    res["key_max_ulps"] = int(ulps.max())  # many only where the sum cancels to near 0
     res["key_equal_frac"] = float((ulps == 0).float().mean())
+    res["key_within_ulp"] = within_ulp(key_g, key_c)
     res["rows_identical"] = bool(
         torch.equal(other["hash_ids"].cpu(), ref["hash_ids"]) and torch.equal(other["rows"].cpu(), ref["rows"])
     )
@@ -168,7 +169,8 @@ def agreement(name: str, ref: dict, other: dict, x, out, mask, res: dict) -> lis
         f"{name} vs CPU gates: max |diff| {res['gate_max_abs_diff']:.2e} (tolerance {CPU_CUDA_GATE_ATOL:.0e}), "
         f"median {res['gate_median_abs_diff']:.2e}, p99 {res['gate_p99_abs_diff']:.2e} (tolerance {CPU_CUDA_GATE_P99:.0e}); "
         f"dot max |diff| {res['dot_max_abs_diff']:.2e} (tolerance {CPU_CUDA_DOT_ATOL:.0e}); "
-        f"keys bit-equal {res['key_equal_frac']:.4%}, at most {res['key_max_ulps']} bf16 ulp apart (tolerance 1); "
+        f"keys bit-equal {res['key_equal_frac']:.4%}, within one bf16 ulp (+1e-6): {res['key_within_ulp']} "
+        f"(max {res['key_max_ulps']} ulps, near 0); "
         f"row ids and rows identical: {res['rows_identical']}"
     )
     checks = (
@@ -181,7 +183,7 @@ def agreement(name: str, ref: dict, other: dict, x, out, mask, res: dict) -> lis
             f"gate diff p99 {res['gate_p99_abs_diff']:.3e} > {CPU_CUDA_GATE_P99}",
         ),
         (res["dot_max_abs_diff"] <= CPU_CUDA_DOT_ATOL, f"dot diff {res['dot_max_abs_diff']:.3e} > {CPU_CUDA_DOT_ATOL}"),
-        (res["key_max_ulps"] <= 1, f"keys differ by {res['key_max_ulps']} bf16 ulps (> 1)"),
+        (res["key_within_ulp"], "keys differ by more than one bf16 ulp (+1e-6)"),
         (res["rows_identical"], "row ids or rows differ"),
         (
             torch.equal(out.cpu()[~mask], x[~mask]) and bool((other["gate"].cpu()[~mask] == 0).all()),
@@ -189,6 +191,11 @@ def agreement(name: str, ref: dict, other: dict, x, out, mask, res: dict) -> lis
         ),
     )
     return [f"{name} vs CPU: {msg}" for ok, msg in checks if not ok]
+
+
+def within_ulp(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """One bf16 ulp relative (2**-7), plus 1e-6 absolute where a sum cancels to near 0."""
+    return bool(((a.float() - b.float()).abs() <= 2.0**-7 * b.float().abs() + 1e-6).all())
 
 
 def bf16_order(t: torch.Tensor) -> torch.Tensor:
@@ -231,7 +238,7 @@ def gemm_what_ifs(engram: Engram, rows, repeats: int, cuda: bool, res: dict) -> 
     kv_bf16 = linear_bf16(act16, w16)
     for variant, kv in (("tf32", kv_tf32), ("bf16", kv_bf16)):
         res[f"kv_{variant}_equal_frac"] = float((kv == kv_ref).float().mean())
-        res[f"kv_{variant}_max_ulps"] = int((bf16_order(kv.float()) - bf16_order(kv_ref.float())).abs().max())
+        res[f"kv_{variant}_within_ulp"] = within_ulp(kv, kv_ref)
 
 
 def report(config, args, res: dict, name: str) -> None:
@@ -264,7 +271,7 @@ def report(config, args, res: dict, name: str) -> None:
     for v, label in (("tf32", "TF32 tensor cores"), ("bf16", "bf16 operands, fp32 accumulate")):
         print(
             f"    {label:<33} {res[f't_gemm_{v}_s'] * 1e3:10.2f} ms  kv bit-equal {res[f'kv_{v}_equal_frac']:.4%}, "
-            f"at most {res[f'kv_{v}_max_ulps']} bf16 ulp from float32"
+            f"within one bf16 ulp of float32: {res[f'kv_{v}_within_ulp']}"
         )
     print(f"  peak GPU memory {res['peak_gpu_mem_gib']:.2f} GiB")
 

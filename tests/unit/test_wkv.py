@@ -15,14 +15,9 @@ from engram_viz.errors import EngramVizError
 NATIVE = wkv.native_bf16(torch.device("cpu"))
 
 
-def bf16_ulps(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """ulp distance of bf16 values (any float dtype holding them)."""
-
-    def order(t):
-        bits = t.to(torch.bfloat16).view(torch.int16).to(torch.int32)
-        return torch.where(bits < 0, -(bits & 0x7FFF), bits)
-
-    return (order(a) - order(b)).abs()
+def within_ulp(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """One bf16 ulp relative, plus 1e-6 absolute where a sum cancels to near 0 (docs/engram.md)."""
+    return bool(((a.float() - b.float()).abs() <= 2.0**-7 * b.float().abs() + 1e-6).all())
 
 
 def wide_randn(*shape, seed: int) -> torch.Tensor:
@@ -76,8 +71,8 @@ def test_bf16_gemm_matches_the_float32_gemm_within_one_ulp(monkeypatch):
     ref = lin(rows)
     assert len(calls) == 1
     exact = (fp8.fp8_activations(rows).double() @ w.double().T).to(torch.bfloat16)
-    assert int(bf16_ulps(got, ref).max()) <= 1 and float((got == ref).float().mean()) > 0.999
-    assert int(bf16_ulps(got, exact).max()) <= 1 and float((got == exact).float().mean()) > 0.999
+    assert within_ulp(got, ref) and float((got == ref).float().mean()) > 0.999
+    assert within_ulp(got, exact) and float((got == exact).float().mean()) > 0.999
 
 
 def test_fallbacks_and_errors(monkeypatch):
@@ -107,7 +102,7 @@ def test_fallbacks_and_errors(monkeypatch):
         with torch.no_grad():
             got = train(a)
         ref = torch.nn.functional.linear(fp8.fp8_activations(a), w).to(torch.bfloat16)
-        assert len(calls) == 1 and int(bf16_ulps(got, ref).max()) <= 1
+        assert len(calls) == 1 and within_ulp(got, ref)
 
 
 @pytest.mark.skipif(not NATIVE, reason="this CPU has no oneDNN bf16 kernels")
@@ -157,7 +152,7 @@ def test_engram_gates_with_the_bf16_gemm_within_the_cpu_cuda_bounds():
     _, a = capture(make("float32"), x, ids, mask)
     out16, b = capture(make("bf16" if NATIVE else "auto"), x, ids, mask)
     assert torch.equal(a["hash_ids"], b["hash_ids"]) and torch.equal(a["rows"], b["rows"])
-    assert int(bf16_ulps(a["key"], b["key"]).max()) <= 1 and int(bf16_ulps(a["value"], b["value"]).max()) <= 1
+    assert within_ulp(b["key"], a["key"]) and within_ulp(b["value"], a["value"])
     gate = (a["gate"] - b["gate"]).abs()
     assert float((a["dot"] - b["dot"]).abs().max()) <= CPU_CUDA_DOT_ATOL
     assert float(gate.max()) <= CPU_CUDA_GATE_ATOL and float(gate.flatten().quantile(0.99)) <= CPU_CUDA_GATE_P99
@@ -185,6 +180,6 @@ def test_cuda_bf16_gemm_and_pinned_rows():
     assert gpu.device.type == "cuda"
     out, b = capture(gpu, x.to(dev), ids, mask)
     b = {k: v.cpu() for k, v in b.items()}
-    assert torch.equal(a["rows"], b["rows"]) and int(bf16_ulps(a["key"], b["key"]).max()) <= 1
+    assert torch.equal(a["rows"], b["rows"]) and within_ulp(b["key"], a["key"])
     assert float((a["gate"] - b["gate"]).abs().max()) <= CPU_CUDA_GATE_ATOL
     assert torch.equal(out.cpu()[~mask], x[~mask])
