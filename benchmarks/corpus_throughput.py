@@ -1,16 +1,16 @@
-"""Corpus throughput: hashing + accumulation vs a per-position Python transcription of the
-reference hash, measured side by side in one run; peak memory for a 10M-token corpus.
+"""Corpus throughput: hashing + accumulation vs the reference hash transcribed literally in torch,
+measured side by side in one run; peak memory for a 10M-token corpus.
 
-    python benchmarks/corpus_throughput.py [--config v41-flash] [--ref-tokens 200000]
+    python benchmarks/corpus_throughput.py [--config v41-flash] [--ref-tokens 1048576]
                                            [--memory-tokens 10000000] [--json OUT.json]
 
 1. Tokenize the default corpus (``corpus.default_corpus_files``) once into one 1D stream of raw
    ids, documents starting with BOS as sequence starts (tokenizer throughput reported apart).
-2. ``reference``: a straightforward transcription of the reference hash (seed ``engram.py``):
-   per position a Python loop over layers and look-backs with sticky blocking, XOR of id x
-   multiplier, ``% prime + offset`` per head, over the first ``--ref-tokens`` positions.
-3. ``vectorised hash``: ``StreamWindows`` + ``rows_from_windows`` over the same positions,
-   checked bit-identical to (2).
+2. ``reference``: the reference's ``NgramHashState`` forward transcribed literally in torch
+   (``benchmarks/reference_hash.py``), over the first ``--ref-tokens`` positions cut into
+   sequences of 4096, 16 sequences a call (torch on one thread).
+3. ``vectorised hash``: ``StreamWindows`` + ``rows_from_windows`` over the same sequences and
+   chunks, checked bit-identical to (2).
 4. ``hash + accumulate``: windows + row ids + ``NgramCounts.add_windows`` (1M-token chunks) over
    the same positions, and ``+ analysis``: also every RowUsage / CollisionStats table.
    (2)-(4) run interleaved, best of 3 rounds each, so load drifting between them does not skew
@@ -35,6 +35,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
+from reference_hash import ReferenceHash
 
 from engram_viz.analysis.collisions import CollisionStats, analyse_together
 from engram_viz.analysis.corpus_sources import default_corpus_files
@@ -42,7 +44,7 @@ from engram_viz.analysis.counts import NgramCounts
 from engram_viz.analysis.documents import iter_documents
 from engram_viz.analysis.hashes import rows_from_windows
 from engram_viz.analysis.usage import RowUsage
-from engram_viz.analysis.windows import DEAD, StreamWindows
+from engram_viz.analysis.windows import StreamWindows
 from engram_viz.config import load_config
 from engram_viz.core.layout import EngramLayout
 from engram_viz.core.tokenizer import BOS_ID, get_tokenizer
@@ -51,35 +53,25 @@ CHUNK = 1_000_000
 ROUNDS = 3
 
 
-def reference_hash(raw_ids: np.ndarray, starts: np.ndarray, token_map: np.ndarray, layout: EngramLayout) -> np.ndarray:
-    """Per-position Python transcription of the reference hash forward: rows ``[N, n_layers, 24]``."""
-    mults = layout.multipliers.tolist()
-    primes = layout.primes.tolist()
-    offsets = layout.offsets.tolist()
-    heads, max_n = layout.n_heads, layout.max_ngram_size
-    pad = int(token_map[layout.config.engram_pad_id])
-    tmap = token_map.tolist()
-    out, cache = [], []
-    for raw, start in zip(raw_ids.tolist(), starts.tolist()):
-        if start:
-            cache = []  # a new sequence: positions restart at 0
-        cache.append(tmap[raw])
-        t = len(cache) - 1
-        per_layer = []
-        for li in range(len(mults)):
-            rolling, blocked, row = 0, False, []
-            for shift in range(max_n):
-                if t - shift < 0 or cache[t - shift] == DEAD:
-                    blocked = True
-                token = pad if blocked else cache[t - shift]
-                rolling ^= token * mults[li][shift]
-                if shift:
-                    for head in range(heads):
-                        col = (shift - 1) * heads + head
-                        row.append(rolling % primes[li][shift - 1][head] + offsets[li][col])
-            per_layer.append(row)
-        out.append(per_layer)
-    return np.array(out, dtype=np.int64)
+SEQ = 4096  # the side-by-side positions are cut into sequences of this length (the reference's [B, L])
+REF_BATCH = 16  # sequences per reference call
+
+
+def reference_rows(ids: np.ndarray, token_map: np.ndarray, layout: EngramLayout) -> list[np.ndarray]:
+    """The literal torch transcription (``reference_hash.ReferenceHash``) over ``ids`` cut into
+    sequences of ``SEQ``, ``REF_BATCH`` sequences a call: row ids per call."""
+    ref = ReferenceHash(layout, token_map, REF_BATCH, SEQ)
+    seqs = torch.from_numpy(ids.reshape(-1, SEQ))
+    return [ref(seqs[a : a + REF_BATCH], 0).numpy() for a in range(0, len(seqs), REF_BATCH)]
+
+
+def our_rows(cfg, ids: np.ndarray, token_map: np.ndarray, layout: EngramLayout) -> list[np.ndarray]:
+    """``StreamWindows`` + ``rows_from_windows`` over the same sequences, the same chunks."""
+    stream, starts, step = StreamWindows(cfg, token_map), np.zeros(len(ids), bool), REF_BATCH * SEQ
+    starts[::SEQ] = True
+    return [
+        rows_from_windows(layout, stream(ids[a : a + step], starts[a : a + step])) for a in range(0, len(ids), step)
+    ]
 
 
 def tokenize_default_corpus(tok) -> tuple[np.ndarray, np.ndarray, float]:
@@ -149,7 +141,7 @@ def memory_child(args: argparse.Namespace) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--config", default="v41-flash")
-    p.add_argument("--ref-tokens", type=int, default=200_000)
+    p.add_argument("--ref-tokens", type=int, default=1 << 20)
     p.add_argument("--memory-tokens", type=int, default=10_000_000)
     p.add_argument("--json", default=None, help="also write the results here")
     p.add_argument("--memory-child", action="store_true", help=argparse.SUPPRESS)
@@ -160,6 +152,7 @@ def main() -> None:
         memory_child(args)
         return
 
+    torch.set_num_threads(1)  # per core, like ours
     cfg = load_config(args.config)
     layout = EngramLayout(cfg)
     tok = get_tokenizer(cfg)
@@ -170,18 +163,20 @@ def main() -> None:
 
     # Side by side on the same positions, interleaved (best of ROUNDS each), so machine load
     # drifting between measurements does not skew the ratios.
-    m = min(args.ref_tokens, n)
-    sub_ids, sub_starts = ids[:m], starts[:m]
+    m = min(args.ref_tokens, n) // SEQ * SEQ
+    sub_ids, sub_starts = ids[:m], np.zeros(m, bool)
+    sub_starts[::SEQ] = True  # the reference's sequences: rows of SEQ tokens
     best = {"reference": np.inf, "hash": np.inf, "hash_accumulate": np.inf, "end_to_end": np.inf}
     identical = True
     for _ in range(ROUNDS):
         t0 = time.perf_counter()
-        ref = reference_hash(sub_ids, sub_starts, tok.token_map, layout)
+        ref = reference_rows(sub_ids, tok.token_map, layout)
         best["reference"] = min(best["reference"], time.perf_counter() - t0)
         t0 = time.perf_counter()
-        ours = rows_from_windows(layout, StreamWindows(cfg, tok.token_map)(sub_ids, sub_starts))
+        ours = our_rows(cfg, sub_ids, tok.token_map, layout)
         best["hash"] = min(best["hash"], time.perf_counter() - t0)
-        identical &= bool(np.array_equal(ref, ours))
+        identical &= all(np.array_equal(a.reshape(b.shape), b) for a, b in zip(ref, ours))
+        del ref, ours
         sub_counts = NgramCounts(cfg)
         t0 = time.perf_counter()
         hash_and_accumulate(cfg, tok.token_map, sub_ids, sub_starts, sub_counts)
@@ -198,7 +193,7 @@ def main() -> None:
         **{f"{k}_vs_reference": round(v, 1) for k, v in ratio.items()},
     )
     print(f"\n[same {m:,} positions, best of {ROUNDS} interleaved rounds]")
-    print(f"  reference hash (per-position Python):            {m / best['reference']:>10,.0f} tok/s")
+    print(f"  reference hash (NgramHashState in torch):        {m / best['reference']:>10,.0f} tok/s")
     print(
         f"  vectorised hash (numpy):                         {m / best['hash']:>10,.0f} tok/s "
         f"{ratio['hash']:5.1f}x   row ids bit-identical: {identical}"

@@ -98,6 +98,8 @@ def cmd_corpus(args: argparse.Namespace) -> None:
         top=args.top,
         save_counts=args.save_counts,
         progress=not args.no_progress,
+        workers=args.workers,
+        scheduler=args.scheduler,
     )
     s = result.summary
     print(
@@ -241,6 +243,10 @@ def _add_corpus_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top", type=int, default=20, help="hot rows per layer (default: 20)")
     p.add_argument("--save-counts", action="store_true", help="also write ngram_counts.npz (for merging shards)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--workers", type=int, default=None, help="count on a local Dask cluster of N workers (needs the corpus extra)"
+    )
+    p.add_argument("--scheduler", default=None, help="count on the Dask cluster at ADDRESS (tcp://host:8786)")
     p.set_defaults(func=cmd_corpus)
 
 

@@ -34,9 +34,11 @@ import pandas as pd
 from engram_viz import settings
 from engram_viz._files import atomic_folder, atomic_write_text, write_table
 from engram_viz.analysis.collisions import CollisionStats, analyse_together
-from engram_viz.analysis.corpus_counts import CorpusStats, count_corpus
+from engram_viz.analysis.corpus_counts import CorpusStats, checked_files, count_corpus
+from engram_viz.analysis.corpus_engine import count_corpus_dask, dask_client
 from engram_viz.analysis.corpus_sources import default_corpus_files, default_corpus_sources
 from engram_viz.analysis.decoder import NgramDecoder
+from engram_viz.analysis.documents import CorpusError
 from engram_viz.analysis.usage import RowUsage
 from engram_viz.config import EngramConfig, load_config
 from engram_viz.core.tokenizer import get_tokenizer
@@ -69,16 +71,29 @@ def run_corpus(
     top: int = 20,
     save_counts: bool = False,
     progress: bool = True,
+    workers: int | None = None,
+    scheduler: str | None = None,
+    processes: bool = True,
 ) -> CorpusResult:
     """The ``engram-viz corpus`` job: count ``files`` (None: ``default_corpus_files()``), derive
     the row-usage and collision tables, write them and ``summary.json`` to ``out_dir`` (whole, or
-    not at all)."""
+    not at all). ``workers`` > 1 or ``scheduler``: count on Dask (``corpus_engine``; a local
+    cluster of ``workers``, or the cluster at ``scheduler``), with the same tables."""
     cfg = load_config(config)
+    distributed = bool(scheduler) or (workers or 1) > 1
+    if distributed and max_tokens is not None:
+        raise CorpusError("max_tokens needs one process (the cap follows file order); drop --workers/--scheduler")
     with atomic_folder(out_dir, marker="summary.json", pause=settings.pause_at) as build:
         tok = tokenizer if tokenizer is not None else get_tokenizer(cfg)
         default = files is None
         files = default_corpus_files() if default else [Path(f) for f in files]
-        stats = count_corpus(files, cfg, tok, max_tokens, text_field, doc_mode, bos, progress=progress)
+        if distributed:
+            with dask_client(workers, scheduler, processes) as client:
+                stats = count_corpus_dask(
+                    client, checked_files(files), cfg, tok, text_field, doc_mode, bos, progress=progress
+                )
+        else:
+            stats = count_corpus(files, cfg, tok, max_tokens, text_field, doc_mode, bos, progress=progress)
         settings.pause_at("corpus:counted")
         t0 = time.perf_counter()
         usage = RowUsage(cfg, stats.counts)

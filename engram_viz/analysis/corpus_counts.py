@@ -68,6 +68,30 @@ def _encode(tok: Any, texts: list[str], continues: list[bool], bos: bool) -> tup
     return np.concatenate(parts), np.concatenate(starts)
 
 
+def count_batch(
+    texts: list[str], continues: list[bool], config: EngramConfig, tok: Any, bos: bool
+) -> tuple[NgramCounts, np.ndarray, int]:
+    """One batch of whole documents counted on its own (its first piece starts a document):
+    ``(counts, raw id occurrences int64 [vocab], tokens)``. The unit of work of the Dask engine."""
+    ids, st = _encode(tok, texts, continues, bos)
+    stream = StreamWindows(config, tok.token_map)
+    counts = NgramCounts(config, stream.pad_id)
+    if len(ids):
+        counts.add_windows(stream(ids, st))
+    return counts, np.bincount(ids, minlength=config.vocab_size), len(ids)
+
+
+def file_record(path: Path) -> dict:
+    """The ``corpus_files`` row of one file, before counting."""
+    return {
+        "path": str(path),
+        "format": "jsonl" if is_jsonl(path) else "text",
+        "bytes": path.stat().st_size,
+        "documents": 0,
+        "tokens": 0,
+    }
+
+
 class _Counter:
     """The counting loop of :func:`count_corpus`: batches of document pieces into ``stats``."""
 
@@ -101,13 +125,7 @@ class _Counter:
 
     def file(self, path: Path, text_field: str, doc_mode: str, max_doc_chars: int, batch_chars: int) -> bool:
         """Count one file; False once max_tokens is reached."""
-        record = {
-            "path": str(path),
-            "format": "jsonl" if is_jsonl(path) else "text",
-            "bytes": path.stat().st_size,
-            "documents": 0,
-            "tokens": 0,
-        }
+        record = file_record(path)
         self.stats.files.append(record)
         self.bar.set_postfix_str(path.name)
         texts, continues, size = [], [], 0
@@ -128,6 +146,19 @@ class _Counter:
         return self.flush(texts, continues, record)
 
 
+def checked_files(files: Iterable[str | Path], max_tokens: int | None = None) -> list[Path]:
+    """The corpus files as paths, each an existing file, and max_tokens positive (CorpusError)."""
+    files = [Path(f) for f in files]
+    if not files:
+        raise CorpusError("no corpus files given")
+    for f in files:
+        if not f.is_file():
+            raise CorpusError(f"corpus file {f} does not exist")
+    if max_tokens is not None and max_tokens < 1:
+        raise CorpusError(f"max_tokens must be positive, got {max_tokens}")
+    return files
+
+
 def count_corpus(
     files: Iterable[str | Path],
     config: EngramConfig | str = "tiny",
@@ -145,14 +176,7 @@ def count_corpus(
     Memory: one batch of about ``batch_chars`` characters at a time, plus the counts."""
     cfg = load_config(config)
     tok = tokenizer if tokenizer is not None else get_tokenizer(cfg)
-    files = [Path(f) for f in files]
-    if not files:
-        raise CorpusError("no corpus files given")
-    for f in files:
-        if not f.is_file():
-            raise CorpusError(f"corpus file {f} does not exist")
-    if max_tokens is not None and max_tokens < 1:
-        raise CorpusError(f"max_tokens must be positive, got {max_tokens}")
+    files = checked_files(files, max_tokens)
     stream = StreamWindows(cfg, tok.token_map)
     counts = counts if counts is not None else NgramCounts(cfg, stream.pad_id)
     stats = CorpusStats(counts, np.zeros(cfg.vocab_size, dtype=np.int64))

@@ -34,6 +34,15 @@ def _merge_sorted(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarra
     return keys[starts], np.add.reduceat(counts, starts)
 
 
+def key_partition(group: int, lo: np.ndarray, parts: int) -> np.ndarray:
+    """The partition ``0..parts-1`` of each packed key ``(group, lo uint64 [U])``: a stable hash of
+    the compressed-id tuple (Fibonacci multiplicative hashing of the 68-bit key folded to 64
+    bits, top 32 bits of the product), the same in every process: int64 ``[U]``."""
+    folded = np.asarray(lo, dtype=np.uint64) ^ (np.uint64(group) << np.uint64(56))
+    mixed = (folded * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)  # wraps mod 2**64 by design
+    return (mixed % np.uint64(parts)).astype(np.int64)
+
+
 class NgramCounts:
     """Accumulator: per n-gram order, the distinct keys seen at counted positions and how many
     positions carry each. Counted positions are the text positions (``token_mask`` True); image
@@ -108,6 +117,23 @@ class NgramCounts:
         self.version += 1
         self._flush()
         return self
+
+    def split(self, parts: int) -> list[NgramCounts]:
+        """``parts`` accumulators holding disjoint shares of the keys, chosen by
+        :func:`key_partition` (stable across processes and runs); merged, they equal this one.
+        The position totals go with part 0."""
+        out = [NgramCounts(self.config, self.pad_id) for _ in range(parts)]
+        out[0].n_positions, out[0].n_masked = self.n_positions, self.n_masked
+        for n in self.orders:
+            for g, lo, c in self.groups(n):
+                which = key_partition(g, lo, parts)
+                for i, part in enumerate(out):
+                    sel = which == i
+                    if sel.any():
+                        part._store[n][g] = (lo[sel], c[sel])
+        for part in out:
+            part.version += 1
+        return out
 
     def copy(self) -> NgramCounts:
         out = NgramCounts(self.config, self.pad_id)

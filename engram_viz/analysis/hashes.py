@@ -4,6 +4,12 @@ Every row id is a function of the key: ``hash = XOR_s window[s] * multiplier[lay
 n look-backs, ``row = hash % prime[layer, n-2, head] + offset``. :func:`rows_from_windows` is the
 vectorised hasher over a stream (equal to :class:`~engram_viz.core.hashing.NgramHasher` bit for
 bit, tested); :func:`ngram_hashes` hashes distinct keys, which is all the accumulators need.
+
+**Speed.** The 24 reductions per layer and position dominate. ``np.remainder`` on int64 runs a
+hardware division per element, and writing each head's column into ``[N, n_layers, 24]`` strides
+over the whole output once per column. :func:`reduce_mod` is division-free instead, and
+:func:`rows_from_windows` works in blocks of ``BLOCK`` positions on contiguous
+``[n_layers * 24, BLOCK]`` scratch that stays in cache, transposed into the output once.
 """
 
 from __future__ import annotations
@@ -12,26 +18,49 @@ import numpy as np
 
 from engram_viz.core.layout import EngramLayout
 
+BLOCK = 8192  # positions per block: scratch of 48 x 8192 int64 (3 MiB) stays in L2/L3
+
+
+def reduce_mod(x: np.ndarray, prime: int, out: np.ndarray) -> np.ndarray:
+    """``out = x % prime`` for int64 ``x`` in ``[0, 2**63)`` and ``0 < prime < 2**62``, without a
+    division per element: ``x - (x // prime) * prime``, where numpy's floor division by one
+    scalar integer runs a precomputed multiply-high reciprocal (libdivide, numpy >= 1.22) chosen
+    at the call so that the quotient is exact for every int64 ``x``. Bound: ``0 <= x // prime <=
+    x``, so ``(x // prime) * prime <= x`` never overflows and the difference lies in ``[0,
+    prime)``; the edges ``k * prime - 1, k * prime, k * prime + 1`` up to ``2**63 - 1`` are tested
+    against Python's ``%`` (tests/unit/test_hashes.py). ``out`` may not alias ``x``."""
+    np.floor_divide(x, prime, out=out)
+    np.multiply(out, -prime, out=out)
+    np.add(out, x, out=out)
+    return out
+
 
 def rows_from_windows(layout: EngramLayout, windows: np.ndarray) -> np.ndarray:
     """The vectorised hash: windows ``[N, max_ngram]`` -> row ids int64 ``[N, n_layers, n_hash_cols]``,
     bit for bit those of ``NgramHasher``."""
     w = np.asarray(windows, dtype=np.int64)
-    n = len(w)
-    out = np.empty((n, len(layout.layer_ids), layout.n_hash_cols), dtype=np.int64)
-    heads = layout.n_heads
-    product = np.empty(n, dtype=np.int64)
-    for li in range(len(layout.layer_ids)):
-        mult = layout.multipliers[li]
-        rolling = w[:, 0] * mult[0]
-        for s in range(1, layout.max_ngram_size):
-            np.multiply(w[:, s], mult[s], out=product)
-            np.bitwise_xor(rolling, product, out=rolling)
-            for head in range(heads):
-                col = (s - 1) * heads + head
-                view = out[:, li, col]
-                np.remainder(rolling, layout.column_primes[li, col], out=view)
-                view += layout.offsets[li, col]
+    n, n_layers, cols = len(w), len(layout.layer_ids), layout.n_hash_cols
+    out = np.empty((n, n_layers, cols), dtype=np.int64)
+    flat = out.reshape(n, n_layers * cols)
+    columns = np.ascontiguousarray(w.T)  # [max_ngram, N]: one look-back contiguous
+    scratch = np.empty((n_layers * cols, min(n, BLOCK)), dtype=np.int64)  # [layer * 24 + col, position]
+    rolling, product = np.empty(min(n, BLOCK), np.int64), np.empty(min(n, BLOCK), np.int64)
+    primes = [[int(p) for p in row] for row in layout.column_primes]  # Python ints: numpy's scalar path
+    offsets = layout.offsets.reshape(-1, 1)
+    for a in range(0, n, BLOCK):
+        b = min(n, a + BLOCK)
+        r, pr, sc = rolling[: b - a], product[: b - a], scratch[:, : b - a]
+        for li in range(n_layers):
+            mult = layout.multipliers[li]
+            np.multiply(columns[0, a:b], mult[0], out=r)
+            for s in range(1, layout.max_ngram_size):
+                np.multiply(columns[s, a:b], mult[s], out=pr)
+                np.bitwise_xor(r, pr, out=r)  # the hash of the (s+1)-gram
+                for head in range(layout.n_heads):
+                    col = (s - 1) * layout.n_heads + head
+                    reduce_mod(r, primes[li][col], sc[li * cols + col])
+        sc += offsets
+        flat[a:b] = sc.T
     return out
 
 

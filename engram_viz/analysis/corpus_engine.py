@@ -1,0 +1,156 @@
+"""Counting a corpus on Dask (``dask.distributed``, the optional ``corpus`` extra).
+
+``count_corpus_dask`` gives exactly the :class:`~engram_viz.analysis.corpus_counts.CorpusStats`
+of ``count_corpus`` (same counts, raw counts, per-file records), spread over the workers of a
+local cluster (``workers=N``) or of an existing one (``scheduler="tcp://host:8786"``):
+
+- The client reads the files into batches of whole documents (about ``batch_chars`` characters,
+  cut only where a document starts, so no hash window crosses a batch) and submits each batch
+  as a task: tokenize, cut windows, count (``corpus_counts.count_batch``).
+- Each batch's counts are split into ``partitions`` shares by a stable hash of the n-gram key
+  (``counts.key_partition``); share i is merged into partition i's running total on a worker,
+  so a worker holds only the partitions it merges, never the whole corpus's keys.
+- At the end the partitions, disjoint by key, merge into one ``NgramCounts`` on the client.
+
+Tasks carry their inputs, so a worker that dies loses nothing: the scheduler reruns its tasks
+elsewhere (``retries`` more for errors), and the counts stay exact. At most ``2 * workers``
+batches are in flight, so the client's memory stays bounded by a few batches.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from engram_viz.analysis.corpus_counts import CorpusStats, count_batch, file_record
+from engram_viz.analysis.counts import NgramCounts
+from engram_viz.analysis.documents import CorpusError, iter_documents
+from engram_viz.config import EngramConfig
+
+RETRIES = 3  # extra tries of a task that raised (a lost worker's tasks are rerun regardless)
+
+
+@contextmanager
+def dask_client(workers: int | None = None, scheduler: str | None = None, processes: bool = True):
+    """A ``dask.distributed.Client``: joined to ``scheduler`` when given, else on a fresh local
+    cluster of ``workers`` single-threaded workers (``processes=False``: threads, for tests)."""
+    try:
+        from dask.distributed import Client, LocalCluster
+    except ImportError:
+        raise CorpusError(
+            "--workers/--scheduler need dask.distributed; install the corpus extra: pip install 'engram-viz[corpus]'"
+        ) from None
+    if scheduler:
+        with Client(scheduler) as client:
+            yield client
+        return
+    if workers is None or workers < 1:
+        raise CorpusError(f"workers must be a positive integer, got {workers!r}")
+    with (
+        LocalCluster(n_workers=workers, threads_per_worker=1, processes=processes, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+    ):
+        yield client
+
+
+def _batches(files: list[Path], text_field: str, doc_mode: str, max_doc_chars: int, batch_chars: int) -> Iterator:
+    """``(file index, texts, continues, documents)`` batches of whole documents, in order."""
+    for fi, path in enumerate(files):
+        texts, continues, size, docs, first = [], [], 0, 0, True
+        for text, cont in iter_documents(path, text_field, doc_mode, max_doc_chars):
+            cont = cont and not first  # a file always starts a sequence
+            first = False
+            if not cont and size >= batch_chars:  # cut only where a document starts
+                yield fi, texts, continues, docs
+                texts, continues, size, docs = [], [], 0, 0
+            texts.append(text)
+            continues.append(cont)
+            size += len(text)
+            docs += not cont
+        if texts:
+            yield fi, texts, continues, docs
+
+
+def _task(texts, continues, config, tok, bos, partitions):
+    """On a worker: count one batch, split its counts into ``partitions`` shares."""
+    counts, raw, tokens = count_batch(texts, continues, config, tok, bos)
+    return counts.split(partitions), raw, tokens
+
+
+def _meta(result):
+    return result[1], result[2]
+
+
+def _share(result, i):
+    return result[0][i]
+
+
+def _merge(total: NgramCounts | None, part: NgramCounts) -> NgramCounts:
+    return part if total is None else total.merge(part)
+
+
+def count_corpus_dask(
+    client: Any,
+    files: list[Path],
+    cfg: EngramConfig,
+    tok: Any,
+    text_field: str = "text",
+    doc_mode: str = "paragraph",
+    bos: bool = True,
+    batch_chars: int = 1 << 22,
+    max_doc_chars: int = 1 << 16,
+    partitions: int | None = None,
+    progress: bool = True,
+) -> CorpusStats:
+    """``count_corpus`` on the cluster behind ``client`` (see the module docstring)."""
+    from dask.distributed import wait
+
+    n_workers = max(1, len(client.scheduler_info().get("workers", {})))
+    parts = partitions or 2 * n_workers
+    t0 = time.perf_counter()
+    records = [file_record(f) for f in files]
+    raw_counts = np.zeros(cfg.vocab_size, dtype=np.int64)
+    totals: list[Any] = [None] * parts
+    tok_f = client.scatter(tok, broadcast=True)
+    pending: list[tuple[int, Any]] = []
+    tokens = documents = 0
+    bar = tqdm(unit="tok", unit_scale=True, disable=not progress, desc="corpus")
+
+    def settle(fi: int, meta: Any) -> None:
+        nonlocal tokens
+        raw, n = meta.result()
+        raw_counts[:] += raw
+        records[fi]["tokens"] += n
+        tokens += n
+        bar.update(n)
+
+    try:
+        for fi, texts, continues, docs in _batches(files, text_field, doc_mode, max_doc_chars, batch_chars):
+            records[fi]["documents"] += docs
+            documents += docs
+            bar.set_postfix_str(files[fi].name)
+            fut = client.submit(_task, texts, continues, cfg, tok_f, bos, parts, pure=False, retries=RETRIES)
+            for i in range(parts):
+                share = client.submit(_share, fut, i, pure=False, retries=RETRIES)
+                totals[i] = client.submit(_merge, totals[i], share, pure=False, retries=RETRIES)
+            pending.append((fi, client.submit(_meta, fut, pure=False)))
+            if len(pending) > 2 * n_workers:
+                settle(*pending.pop(0))
+        for item in pending:
+            settle(*item)
+        wait([t for t in totals if t is not None])
+        counts = NgramCounts(cfg, int(tok.token_map[cfg.engram_pad_id]))  # as count_corpus
+        for total in totals:
+            if total is not None:
+                counts.merge(total.result())
+    finally:
+        bar.close()
+    stats = CorpusStats(counts, raw_counts, records, tokens, documents, False)
+    stats.elapsed_s = time.perf_counter() - t0
+    return stats

@@ -1,0 +1,63 @@
+"""The corpus job on Dask: a 2-worker local cluster counts exactly what one process counts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engram_viz.analysis.corpus import run_corpus
+from engram_viz.analysis.corpus_counts import count_corpus
+from engram_viz.analysis.corpus_engine import count_corpus_dask, dask_client
+from engram_viz.analysis.documents import CorpusError
+
+pytest.importorskip("dask.distributed")
+
+DOCS = [
+    "In the beginning God created the heaven and the earth.",
+    "And the earth was without form, and void; and darkness was upon the face of the deep.",
+    "Alexander the Great tamed Bucephalus.",
+    "中国古代的四大发明是造纸术、指南针、火药和印刷术。",
+    "张仲景是东汉末年的名医。",
+]
+
+
+@pytest.fixture(scope="module")
+def corpus_files(tmp_path_factory) -> list[Path]:
+    folder = tmp_path_factory.mktemp("dask_corpus")
+    rng = np.random.default_rng(0)
+    files = []
+    for i in range(2):
+        paras = [" ".join(rng.choice(DOCS, size=3)) for _ in range(120)]
+        path = folder / f"part{i}.txt"
+        path.write_text("\n\n".join(paras) + "\n", encoding="utf-8")
+        files.append(path)
+    return files
+
+
+def test_two_workers_count_exactly_one_process(corpus_files, v41_config, tokenizer):
+    one = count_corpus(corpus_files, v41_config, tokenizer, batch_chars=2000, max_doc_chars=100, progress=False)
+    with dask_client(workers=2, processes=False) as client:
+        two = count_corpus_dask(
+            client, corpus_files, v41_config, tokenizer, batch_chars=2000, max_doc_chars=100, progress=False
+        )
+    assert two.counts == one.counts  # every key and count, every order, and the position totals
+    assert np.array_equal(two.raw_counts, one.raw_counts)
+    assert (two.tokens, two.documents, two.files) == (one.tokens, one.documents, one.files)
+
+
+def test_two_worker_tables_byte_identical(corpus_files, v41_config, tokenizer, tmp_path):
+    a = run_corpus(corpus_files, tmp_path / "one", v41_config, tokenizer, progress=False)
+    run_corpus(corpus_files, tmp_path / "two", v41_config, tokenizer, progress=False, workers=2, processes=False)
+    for name in a.tables:
+        for ext in ("csv", "parquet"):
+            assert (tmp_path / "one" / f"{name}.{ext}").read_bytes() == (
+                tmp_path / "two" / f"{name}.{ext}"
+            ).read_bytes()
+
+
+def test_distributed_refuses_max_tokens(corpus_files, v41_config, tokenizer, tmp_path):
+    with pytest.raises(CorpusError, match="max_tokens"):
+        run_corpus(corpus_files, tmp_path / "x", v41_config, tokenizer, max_tokens=10, workers=2, progress=False)
+    assert not (tmp_path / "x").exists()

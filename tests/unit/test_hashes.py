@@ -1,0 +1,60 @@
+"""The division-free reduction and the blocked vectorised hash: exact at every edge."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engram_viz.analysis.hashes import BLOCK, reduce_mod, rows_from_windows
+from engram_viz.config import load_config
+from engram_viz.core.layout import EngramLayout
+
+pytestmark = pytest.mark.unit
+
+INT64_MAX = (1 << 63) - 1
+
+
+def _edges(prime: int) -> list[int]:
+    """``k * prime + {-1, 0, 1}`` for the smallest and largest quotients and powers of two between,
+    plus 0, 1 and 2**63 - 1: every place a reciprocal's rounding could slip by one."""
+    top = INT64_MAX // prime
+    ks = {0, 1, 2, 3, top - 2, top - 1, top} | {1 << e for e in range(64) if (1 << e) <= top}
+    xs = {0, 1, INT64_MAX, INT64_MAX - 1}
+    for k in ks:
+        xs |= {k * prime - 1, k * prime, k * prime + 1}
+    return sorted(x for x in xs if 0 <= x <= INT64_MAX)
+
+
+@pytest.mark.parametrize("config", ["tiny", "v41-flash"])
+def test_reduce_mod_exact_at_the_edges_for_every_layout_prime(config):
+    layout = EngramLayout(load_config(config))
+    for prime in {int(p) for p in layout.column_primes.ravel()}:
+        xs = _edges(prime)
+        x = np.array(xs, dtype=np.int64)
+        got = reduce_mod(x, prime, np.empty_like(x))
+        assert got.tolist() == [v % prime for v in xs], prime
+
+
+def test_reduce_mod_random_values():
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, INT64_MAX, 200_000, dtype=np.int64, endpoint=True)
+    for prime in (2, 3, 2003, 16000057, (1 << 61) - 1):
+        assert np.array_equal(reduce_mod(x, prime, np.empty_like(x)), x % prime)
+
+
+def test_rows_from_windows_blocks_change_nothing():
+    """Across block cuts (N not a multiple of BLOCK) the rows equal the plain per-column formula."""
+    cfg = load_config("v41-flash")
+    layout = EngramLayout(cfg)
+    rng = np.random.default_rng(1)
+    w = rng.integers(0, cfg.engram_compressed_vocab_size, (BLOCK + 123, cfg.engram_max_ngram_size))
+    rows = rows_from_windows(layout, w)
+    for li in range(len(layout.layer_ids)):
+        rolling = w[:, 0] * layout.multipliers[li, 0]
+        for s in range(1, layout.max_ngram_size):
+            rolling = rolling ^ (w[:, s] * layout.multipliers[li, s])
+            for head in range(layout.n_heads):
+                col = (s - 1) * layout.n_heads + head
+                want = rolling % layout.column_primes[li, col] + layout.offsets[li, col]
+                assert np.array_equal(rows[:, li, col], want)
+    assert rows_from_windows(layout, w[:0]).shape == (0, len(layout.layer_ids), layout.n_hash_cols)
