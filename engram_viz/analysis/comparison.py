@@ -68,6 +68,19 @@ class PromptResult:
     def __post_init__(self) -> None:
         self._frames: dict[Any, pd.DataFrame] = {}
 
+    @classmethod
+    def from_trace(cls, text: str, trace: Any, i: int = 0) -> PromptResult:
+        """Prompt ``i`` of ``trace`` as the comparison sees it (a one-prompt Trace of it is kept)."""
+        n = int(trace.lengths[i])
+        return cls(
+            text=text,
+            trace=trace.select([trace.prompt_ids[i]]) if len(trace.prompt_ids) > 1 else trace,
+            gates=trace.gates[i, :n].numpy().astype(np.float32),
+            input_ids=trace.input_ids[i, :n].numpy(),
+            pieces=list(trace.pieces[i]),
+            is_image=trace.is_image[i, :n].numpy(),
+        )
+
     @property
     def ok(self) -> bool:
         return self.error is None

@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import numpy as np
 import torch
 
 from engram_viz.analysis.comparison import PromptResult
@@ -102,18 +101,8 @@ class PromptCache:
                 for t, _ in built:
                     errors[t] = _readable(err)
             else:
-                gates = trace.gates.numpy()
                 for i, (t, _) in enumerate(built):
-                    n = int(trace.lengths[i])
-                    result = PromptResult(
-                        text=t,
-                        trace=trace.select([f"_{i}"]) if len(built) > 1 else trace,
-                        gates=gates[i, :n].astype(np.float32),
-                        input_ids=trace.input_ids[i, :n].numpy(),
-                        pieces=list(trace.pieces[i]),
-                        is_image=trace.is_image[i, :n].numpy(),
-                    )
-                    self._store(t, result)
+                    self._store(t, PromptResult.from_trace(t, trace, i))
         for t, msg in errors.items():
             self._store(t, PromptResult(text=t, error=msg))
 

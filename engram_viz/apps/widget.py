@@ -19,6 +19,8 @@ Python, without a browser:
 the chosen layer and stream. 'all gates': under every token a small grid of all
 ``n_layers x hc_mult`` gates (2 x 4 = 8 on V4.1-Flash). The difference view colours each of
 B's tokens by ``gate_B - gate_A`` per aligned token (the alignment: ``engram_viz.analysis.comparison``).
+Below, ``.explainer`` (``engram_viz.apps.widget_explain``): pick a token of prompt A to see its 24
+rows with their decoded n-grams and shares of the gate, and ablate one to see the difference view.
 
 **Bad prompts** (empty, longer than ``max_chars``, lone surrogates / invalid UTF-8: see
 ``engram_viz.run.prompt_text``; an image grid over the model's limit, more than ``max_tokens``
@@ -45,6 +47,7 @@ from engram_viz import settings
 from engram_viz.analysis.comparison import STREAM_REDUCTIONS, PromptResult, gate_difference
 from engram_viz.apps.prompt_cache import MAX_TOKENS, PromptCache
 from engram_viz.apps.widget_controls import SLOTS, VIEWS, ComparisonControls
+from engram_viz.apps.widget_explain import TokenExplainer
 from engram_viz.run.images import ImagePromptError, parse_placeholder
 from engram_viz.run.pipeline import Pipeline
 from engram_viz.run.prompt_text import MAX_CHARS, PromptInputError, check_prompt_text, without_lone_surrogates
@@ -122,7 +125,8 @@ class PromptComparison:
         c.add_button.on_click(lambda _: self.add_prompt(""))
         c.image_spec.observe(self._on_image_spec, names="value")
         self._on_image_spec()
-        self.widget = c.widget
+        self.explainer = TokenExplainer(self)
+        self.widget = c.W.VBox([c.widget, self.explainer.widget], layout=c.W.Layout(width="100%"))
         self.update()
 
     @property
@@ -314,6 +318,7 @@ class PromptComparison:
         self._results = results
         self._figures = None
         self._render()
+        self.explainer.refresh()
         self.last_update_ms = (time.perf_counter() - t0) * 1000
         self.n_updates += 1
         self.controls.status.value = self._status_html()

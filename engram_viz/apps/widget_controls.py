@@ -42,7 +42,7 @@ class ComparisonControls:
     def __init__(self, layer_ids: Sequence[int], hc: int, *, continuous_update: bool = True):
         import ipywidgets as W
 
-        self._W = W
+        self._W = self.W = W
         self._continuous = bool(continuous_update)
         self.boxes: list[Any] = []
         self.layer = W.Dropdown(description="layer", layout=W.Layout(width="150px"))

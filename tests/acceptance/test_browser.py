@@ -317,3 +317,43 @@ def test_app_page_bad_prompts_show_a_message_and_the_app_keeps_working(page, app
     assert ok["B"]["text"].startswith("prompt B · layer")
     assert not page.errors, f"uncaught errors in the page: {page.errors}"
     print(f"bad prompts on the app page: {time.monotonic() - t0:.0f} s")
+
+
+_EXPLAINER_JS = """
+() => Array.from(document.querySelectorAll('.ev-explainer .widget-html-content')).map(e => e.innerText).join('\\n')
+"""
+
+
+def _explainer_text(page, pred, what: str) -> str:
+    t_end = time.monotonic() + UPDATE_S
+    text = ""
+    while time.monotonic() < t_end:
+        text = page.evaluate(_EXPLAINER_JS)
+        if pred(text):
+            return text
+        time.sleep(0.25)
+    raise AssertionError(f"the explainer did not show {what} within {UPDATE_S} s; it shows {text[:400]!r}")
+
+
+def test_app_page_explains_a_token_and_ablates_one_of_its_rows(page, app, tmp_path):
+    """Pick a token of prompt A, see its 24 rows, ablate the row with the largest share: the
+    difference view reports the change; 'restore' clears it."""
+    t0 = time.monotonic()
+    _open_app(page, app)
+    page.locator(".ev-explain-token select").select_option(index=3)  # option 0 is 'pick a token'
+    rows_text = _explainer_text(page, lambda t: "the 24 rows of position 2" in t, "the rows of position 2")
+    assert page.locator(".ev-explainer tr.ev-row").count() == 24
+    assert "share of dot" in rows_text and "-gram" in rows_text
+    options = page.locator(".ev-explain-row select option").all_inner_texts()
+    assert len(options) == 24, options
+    share = [abs(float(re.search(r"([+-]\d+)%$", o).group(1))) for o in options]
+    page.locator(".ev-explain-row select").select_option(index=share.index(max(share)))
+    page.locator("button", has_text="ablate row").click()
+    changed = re.compile(r"; ([1-9]\d*) aligned tokens with a different gate; largest \|diff\| (\d\.\d+)")
+    text = _explainer_text(page, lambda t: "zeroed" in t and changed.search(t), "the difference of the ablation")
+    assert float(changed.search(text).group(2)) > 0
+    save_screenshot(page, tmp_path, "app_explain_ablate", full_page=True)
+    page.locator("button", has_text="restore").click()
+    _explainer_text(page, lambda t: "zeroed" not in t and "the 24 rows" in t, "the view restored")
+    assert not page.errors, f"uncaught errors in the page: {page.errors}"
+    print(f"explain and ablate on the app page: {time.monotonic() - t0:.0f} s")
