@@ -1,4 +1,4 @@
-"""Evidence for the tiny Engram LM (issue 7), written into ``data/tiny-engram/MODEL_CARD.md``.
+"""Evidence for the tiny Engram LM (issues 7 and 11), written into ``data/tiny-engram/MODEL_CARD.md``.
 
 Reads the run folders written by ``engram-viz train-tiny`` (``metrics.json`` in each):
 
@@ -10,11 +10,12 @@ and measures on the committed weights (``data/tiny-engram``, the exported fp8 mo
 
 - held-out loss with Engram open vs every gate forced to 0 through the ``engram.L{n}.gate`` hooks,
   per seed, against the spread over seeds and against the no-Engram architecture;
-- gate statistics on held-out positions grouped by how often their n-gram (the compressed
-  trigram ending there) occurs in the training stream: often (>= 50), rare (1-4), unseen (0),
-  and on random-token control sequences (tokens drawn uniformly from the model's vocabulary);
-  per group also the next-token loss the open gates save there (gates forced to 0 minus open,
-  both Engram layers together).
+- per seed, the gate-versus-memory analysis (``engram_viz.analysis.gate_memory``) on held-out
+  positions grouped by how often their n-gram (the compressed trigram ending there) occurs in the
+  training stream: often (>= 20), seldom (1-19), never (0), and on random-token control
+  sequences (tokens drawn uniformly from the model's vocabulary); the Spearman correlation of gate
+  and log(1 + count); per group the next-token loss the open gates save (gates forced to 0 minus
+  open, both Engram layers together).
 
 Usage: ``python benchmarks/tiny_model_eval.py --runs out/tiny-runs [--card data/tiny-engram/MODEL_CARD.md]``
 (prints the section; ``--card`` also replaces the text between the card's eval markers).
@@ -25,20 +26,29 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-from contextlib import nullcontext
 from pathlib import Path
 
-import numpy as np
+import pandas as pd
 import torch
 
+from engram_viz.analysis.gate_memory import (
+    GROUPS,
+    RANDOM_CATEGORY,
+    gate_count_curve,
+    gate_memory_summary,
+    memory_targets,
+    training_counts,
+    windows_memory_frame,
+)
 from engram_viz.tiny.data import build_corpus, heldout_windows
 from engram_viz.tiny.files import load_tiny_model
-from engram_viz.tiny.model import gates_forced
+from engram_viz.tiny.model import engram_config
+from engram_viz.tiny.probe import random_windows
 from engram_viz.tiny.train import TrainSettings
 from engram_viz.weights.tiny_folder import DEFAULT_DIR, ENGRAM_SHARD, LM_SHARD
 
 BEGIN, END = "<!-- eval:begin -->", "<!-- eval:end -->"
-OFTEN, RARE = 50, (1, 4)
+N_HELD, N_RANDOM = 160, 64  # windows of the gate analysis per seed
 
 
 def _metrics(folder: Path) -> dict | None:
@@ -46,89 +56,45 @@ def _metrics(folder: Path) -> dict | None:
     return json.loads(f.read_text()) if f.is_file() else None
 
 
-def _ngram_keys(c: np.ndarray, n: int) -> np.ndarray:
-    """int64 key of the compressed n-gram ending at each position (first n-1 positions: -1)."""
-    v = 99092
-    key = np.zeros(len(c), dtype=np.int64)
-    for s in range(n):
-        key[n - 1 :] = key[n - 1 :] * v + c[n - 1 - s : len(c) - s]
-    key[: n - 1] = -1
-    return key
+def seed_gate_frame(folder: Path, corpus, counts, n_held: int, n_random: int, seq_len: int) -> pd.DataFrame:
+    """Held-out windows (evenly spread) and random-token windows (uniform over the model's known
+    raw ids, seed 0) through one run's exported model: ``analysis.gate_memory`` frame."""
+    model = load_tiny_model(folder)
+    held = heldout_windows(corpus.heldout, seq_len, n_held)
+    rnd = random_windows(corpus.raw_ids, n_random, seq_len + 1, seed=0)
+    return pd.concat(
+        [
+            windows_memory_frame(model, held, counts, "heldout"),
+            windows_memory_frame(model, rnd, counts, RANDOM_CATEGORY),
+        ],
+        ignore_index=True,
+    )
 
 
-@torch.no_grad()
-def gate_table(model, corpus, seq_len: int, n: int = 3, seed: int = 0) -> list[dict]:
-    """Mean gate (over streams) per layer and n-gram frequency group on held-out windows, plus
-    random-token controls of the same size."""
-    tm = model.token_map
-    train_keys = _ngram_keys(tm[corpus.train.numpy()], n)
-    uniq, counts = np.unique(train_keys[train_keys >= 0], return_counts=True)
-    windows = heldout_windows(corpus.heldout, seq_len)[:, :-1]
-    g = torch.Generator().manual_seed(seed)
-    vocab = model.raw_ids[1:]
-    controls = vocab[torch.randint(0, len(vocab), windows.shape, generator=g)]
-    groups: dict[str, dict[int, list[np.ndarray]]] = {}
-    layers = [int(k) for k in model.engrams]
-    full = heldout_windows(corpus.heldout, seq_len)
-    target = model.index_ids(full[:, 1:])
-    nll = {}
-    for shut in (False, True):
-        parts = []
-        with gates_forced(model, 0.0) if shut else nullcontext():
-            for i in range(0, len(full), 64):
-                logp = model(full[i : i + 64, :-1]).log_softmax(-1)
-                parts.append(-logp.gather(-1, target[i : i + 64, :, None])[..., 0])
-        nll[shut] = torch.cat(parts).numpy()
-    gain = nll[True] - nll[False]  # [N, T]: nats the open gates save at each held-out position
-    for name, data in (("held-out", windows), ("random tokens", controls)):
-        gates: dict[int, list[torch.Tensor]] = {k: [] for k in layers}
-        handles = [
-            e.hook_gate.add_hook(lambda t, _n, k=int(k), store=gates: store[k].append(t.mean(-1).cpu()))
-            for k, e in model.engrams.items()
-        ]
-        try:
-            for i in range(0, len(data), 64):
-                model(data[i : i + 64])
-        finally:
-            for h in handles:
-                h.remove()
-        gl = {k: torch.cat(v).numpy() for k, v in gates.items()}  # [N, T]
-        if name == "random tokens":
-            sel = np.zeros(gl[layers[0]].shape, dtype=bool)
-            sel[:, n - 1 :] = True
-            groups["random-token control"] = {k: [gl[k][sel]] for k in layers}
-            continue
-        keys = np.stack([_ngram_keys(tm[w.numpy()], n) for w in data])
-        pos = np.searchsorted(uniq, keys)
-        pos = np.clip(pos, 0, len(uniq) - 1)
-        cnt = np.where((uniq[pos] == keys) & (keys >= 0), counts[pos], 0)
-        valid = keys >= 0
-        masks = {
-            f"held-out, {n}-gram seen >= {OFTEN}x in training": valid & (cnt >= OFTEN),
-            f"held-out, {n}-gram seen {RARE[0]}-{RARE[1]}x": valid & (cnt >= RARE[0]) & (cnt <= RARE[1]),
-            f"held-out, {n}-gram never seen": valid & (cnt == 0),
-        }
-        for label, m in masks.items():
-            groups[label] = {k: [gl[k][m]] for k in layers}
-            groups[label]["gain"] = [gain[m]]
-    rows = []
-    for label, per_layer in groups.items():
-        for k in layers:
-            x = np.concatenate(per_layer[k])
-            g = per_layer.get("gain")
-            rows.append(
-                {
-                    "group": label,
-                    "layer": k,
-                    "gain": float(np.concatenate(g).mean()) if g else None,
-                    "positions": int(x.size),
-                    "mean": float(x.mean()),
-                    "median": float(np.median(x)),
-                    "p10": float(np.quantile(x, 0.1)),
-                    "p90": float(np.quantile(x, 0.9)),
-                }
+def gate_lines(frames: dict[int, pd.DataFrame]) -> list[str]:
+    """Per seed and layer: mean gate per memory group, loss saved, the three target figures."""
+    lines = [("| seed | layer | often (>= 20x) | seldom (1-19x) | never | random tokens | often - random | often - never "
+             "| Spearman | random highest? | targets met |"), "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    saved = ["| seed | often | seldom | never | random tokens |", "|---|---|---|---|---|"]
+    for seed, frame in frames.items():
+        summary = gate_memory_summary(frame)
+        _, rho = gate_count_curve(frame)
+        targets = memory_targets(summary, rho).set_index("layer")
+        for layer, g in summary.groupby("layer"):
+            m = dict(zip(g["group"].astype(str), g["mean_gate"]))
+            n = dict(zip(g["group"].astype(str), g["n"]))
+            t = targets.loc[layer]
+            cells = [f"{m[k]:.3f} (n={n[k]:,})" for k in GROUPS]
+            lines.append(
+                f"| {seed} | {layer} | "
+                + " | ".join(cells)
+                + f" | {t.often_minus_random:+.3f} | {t.often_minus_never:+.3f}"
+                f" | {t.spearman:.3f} | {'yes' if t.random_highest else 'no'} | {'**yes**' if t.met else 'no'} |"
             )
-    return rows
+        first = summary[summary["layer"] == summary["layer"].min()]
+        saved.append(f"| {seed} | " + " | ".join(f"{x:+.3f}" for x in first["loss_saved"]) + " |")
+    return [*lines, "", "Next-token loss saved by the open gates (gates forced to 0 minus open, nats, mean per group):", "",
+            *saved]  # fmt: skip
 
 
 def _spread(xs: list[float]) -> tuple[float, float, float]:
@@ -212,19 +178,18 @@ def build_section(runs: Path, model_dir: Path) -> str:
         )
 
     settings = TrainSettings(**committed["settings"])
-    corpus = build_corpus()
-    model = load_tiny_model(model_dir)
     torch.set_num_threads(settings.threads)
-    rows = gate_table(model, corpus, settings.seq_len)
-    lines += ["", "### Gates of the committed model (mean over the 4 streams, per position)", ""]
-    lines.append("| positions | layer | n | mean gate | median | p10 | p90 | loss saved by open gates (nats, mean) |")
-    lines.append("|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        gain = "-" if r["gain"] is None else f"{r['gain']:+.3f}"
-        lines.append(
-            f"| {r['group']} | {r['layer']} | {r['positions']:,} | {r['mean']:.3f} | {r['median']:.3f} | "
-            f"{r['p10']:.3f} | {r['p90']:.3f} | {gain} |"
-        )
+    config = engram_config(settings.engram_vocab_size)
+    corpus = build_corpus(config, settings.vocab_rows)
+    counts = training_counts(config)
+    frames = {
+        s: seed_gate_frame(runs / f"engram-s{s}", corpus, counts, N_HELD, N_RANDOM, settings.seq_len)
+        for s in range(3)
+        if eng[s]
+    }
+    lines += ["", (f"### Gate versus memory, per seed (mean gate over the 4 streams; {N_HELD} held-out windows, "
+              f"{N_RANDOM} random-token windows of {settings.seq_len} tokens)"), ""]  # fmt: skip
+    lines += gate_lines(frames)
     return "\n".join(lines)
 
 

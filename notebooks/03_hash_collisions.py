@@ -37,6 +37,7 @@ from engram_viz.config import load_config
 from engram_viz.core.layout import EngramLayout
 from engram_viz.core.tokenizer import get_tokenizer
 from engram_viz.analysis.exposure import collision_exposure
+from engram_viz.run.prompt_sets import PROMPT_SETS
 from engram_viz.run.prompts import load_prompts
 from engram_viz.viz import collisions_vs_expected, exposure_beside_gates, heads_shared_vs_expected
 
@@ -114,7 +115,7 @@ collisions.examples(n_examples=2, ngrams_per_bucket=3, tokenizer=decoder).head(2
 
 # %%
 pipe = nb.load_pipeline()
-trace = pipe.run(load_prompts())
+trace = pipe.run(load_prompts(PROMPT_SETS["paper"]))
 trace.extras["exposure"] = collision_exposure(trace, pipe.config)
 display(nb.provenance(trace))
 gates = trace.to_frame("gates")

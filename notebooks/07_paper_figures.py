@@ -38,6 +38,7 @@ from engram_viz.apps.widget import PromptComparison
 from engram_viz.config import load_config
 from engram_viz.core.layout import EngramLayout
 from engram_viz.analysis.exposure import collision_exposure
+from engram_viz.run.prompt_sets import PROMPT_SETS
 from engram_viz.run.prompts import load_prompts
 from engram_viz.viz import (
     collisions_vs_expected,
@@ -66,7 +67,7 @@ nb.provenance(pipe)
 # ## The data: the prompt set, a corpus sample and a prompt pair
 
 # %%
-trace = pipe.run(load_prompts(), names=["engram.*.dot"])
+trace = pipe.run(load_prompts(PROMPT_SETS["paper"]), names=["engram.*.dot"])
 label = trace.model_label
 v41 = load_config("v41-flash")
 corpus, description = corpus_sample(v41)

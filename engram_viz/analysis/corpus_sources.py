@@ -11,72 +11,33 @@ no longer matches it is rebuilt.
 from __future__ import annotations
 
 import gzip
-import re
 import shutil
-import subprocess
 from pathlib import Path
 
 from engram_viz._cache import cached_path, is_verified
 from engram_viz.analysis.documents import CorpusError
 from engram_viz.settings import cache_dir
+from engram_viz.tiny import sources
 
-ZH_REFERENCE = Path("/usr/share/debian-reference/debian-reference.zh-cn.txt.gz")
-SOURCES = {
-    "kjv-chapters.txt": {
-        "name": "King James Bible (1611)",
-        "packages": "bible-kjv bible-kjv-text",
-        "licence": "text: public domain; bible-kjv program: GPL-2+",
-    },
-    "debian-reference-zh-cn.txt": {
-        "name": "Debian Reference, Simplified Chinese translation (Osamu Aoki et al.)",
-        "packages": "debian-reference-zh-cn",
-        "licence": "GPL-2+",
-    },
+ZH_REFERENCE = sources.ZH_REFERENCE
+SOURCES = {  # file -> name, Debian packages, licence (from the one source table, tiny.sources.SOURCES)
+    "kjv-chapters.txt": {k: sources.SOURCES["kjv"][k] for k in ("name", "packages", "licence")},
+    "debian-reference-zh-cn.txt": {k: sources.SOURCES["zh-ref"][k] for k in ("name", "packages", "licence")},
 }
 _CORPUS_VERSION = "v1"
 
 
-_KJV_TITLE = re.compile(r"^[1-3]? ?[A-Z][A-Za-z ]* \d+$")  # "Genesis 1", "1 Samuel 3", "Song of Solomon 2"
-
-
 def kjv_chapters_text(printed: str) -> str:
-    """The output of ``bible -l100000 gen1:1-rev22:21`` -> one paragraph per chapter: the title
-    line (``Genesis 1``), then the chapter's verses joined by spaces, verse numbers dropped."""
-    chapters, title, verses = [], None, []
-    for line in printed.splitlines():
-        if not line.strip():
-            continue
-        m = re.match(r"^\s+\d+\s+(.*)$", line)
-        if m:
-            verses.append(m.group(1).strip())
-        elif _KJV_TITLE.match(line):
-            if title is not None:
-                chapters.append(title + "\n" + " ".join(verses))
-            title, verses = line.strip(), []
-        elif verses:  # a wrapped continuation line
-            verses[-1] += " " + line.strip()
-    if title is not None:
-        chapters.append(title + "\n" + " ".join(verses))
-    return "\n\n".join(chapters) + "\n"
-
-
-_CJK_END = re.compile(r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]$")
-_CJK_START = re.compile(r"^[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]")
+    """The output of ``bible -l100000 gen1:1-rev22:21`` -> one paragraph per chapter (the title line,
+    then the chapter's verses, numbers dropped): ``tiny.sources.kjv_chapters``, as the tiny LM reads it."""
+    return "\n\n".join(sources.kjv_chapters(printed)) + "\n"
 
 
 def unwrap_paragraphs(text: str) -> str:
-    """Join hard-wrapped lines within each paragraph: no space between two CJK characters, one
-    space otherwise; paragraphs stay separated by a blank line."""
-    out = []
-    for para in re.split(r"\n\s*\n", text):
-        lines = [ln.strip() for ln in para.splitlines() if ln.strip()]
-        if not lines:
-            continue
-        joined = lines[0]
-        for ln in lines[1:]:
-            joined += ("" if _CJK_END.search(joined) and _CJK_START.match(ln) else " ") + ln
-        out.append(joined)
-    return "\n\n".join(out) + "\n"
+    """Hard-wrapped lines joined within each paragraph (``tiny.sources.unwrap_paragraphs``: no space
+    between two CJK characters, one space otherwise); paragraphs separated by a blank line. The
+    tiny LM trains on the prose subset of these paragraphs (``tiny.sources.zh_prose``)."""
+    return "\n\n".join(sources.unwrap_paragraphs(text)) + "\n"
 
 
 def default_corpus_files(refresh: bool = False) -> list[Path]:
@@ -94,11 +55,9 @@ def default_corpus_files(refresh: bool = False) -> list[Path]:
                 "(or run .ci/system-deps.sh), or give corpus files explicitly"
             )
         try:
-            printed = subprocess.run(
-                [bible, "-l100000", "gen1:1-rev22:21"], capture_output=True, text=True, check=True, timeout=300
-            ).stdout
-        except (subprocess.SubprocessError, OSError) as err:
-            raise CorpusError(f"`bible` (package bible-kjv) failed to print the KJV: {err}") from None
+            printed = sources.print_bible(bible)
+        except sources.SourceMissingError as err:
+            raise CorpusError(str(err)) from None
         text = kjv_chapters_text(printed)
         if len(text) < 1_000_000:
             raise CorpusError(f"`bible` printed only {len(text)} characters of the KJV; is bible-kjv-text complete?")

@@ -1,7 +1,7 @@
 """The main job: ``engram-viz report`` - run a prompt set, write tables, figures and one HTML report.
 
-``write_report(out, checkpoint=None, prompts=None)`` runs the prompt set (default: the shipped
-``data/prompts/default.jsonl``) through a :class:`~engram_viz.run.pipeline.Pipeline` on the embedded
+``write_report(out, checkpoint=None, prompts=None)`` runs the prompt set (default: the shipped set
+that fits the weights, ``run.prompt_sets``: ``default`` for the tiny LM, ``paper`` otherwise) through a :class:`~engram_viz.run.pipeline.Pipeline` on the embedded
 default weights or a checkpoint folder, and writes into ``out``::
 
     report.html               one self-contained page: no scripts, no network; figures embedded as
@@ -52,10 +52,12 @@ from engram_viz.analysis.exposure import collision_exposure
 from engram_viz.analysis.gate_summary import gate_summary
 from engram_viz.analysis.trace_ngrams import population_from_trace
 from engram_viz.analysis.usage import RowUsage
+from engram_viz.apps.report_memory import memory_section
 from engram_viz.config import EngramConfig
 from engram_viz.errors import EngramVizError
 from engram_viz.run.pipeline import Pipeline
-from engram_viz.run.prompts import DEFAULT_PROMPTS, load_prompts
+from engram_viz.run.prompt_sets import prompt_set_for, prompt_set_path
+from engram_viz.run.prompts import load_prompts
 from engram_viz.run.trace import Trace
 from engram_viz.viz.collision_plots import collisions_vs_expected
 from engram_viz.viz.export import check_offline_html, export_all
@@ -261,6 +263,7 @@ def _provenance(
         "hc_mult": pipe.config.hc_mult,
         "layers": list(trace.layer_ids),
         "prompts_file": str(prompts_file),
+        "prompt_set": prompts_file.stem if prompts_file.parent == prompt_set_path("default").parent else "custom",
         "prompts_sha256": hashlib.sha256(prompts_file.read_bytes()).hexdigest(),
         "n_prompts": trace.batch_size,
         "n_tokens": int(trace.lengths.sum()),
@@ -324,10 +327,12 @@ def _build_report(
     streams: str, batch_size: int, progress: bool, say: Callable[[str], None],
 ) -> Report:  # fmt: skip
     """The whole job, written into ``out`` (the folder being built)."""
-    prompts_file = Path(prompts) if prompts is not None else DEFAULT_PROMPTS
-    prompt_set = load_prompts(prompts_file)
+    prompt_set = load_prompts(prompts) if prompts is not None else None
     say(f"loading weights ({'default' if checkpoint is None else checkpoint})")
     pipe = Pipeline(checkpoint, streams=streams, device=device, mode=mode, batch_size=batch_size)
+    # no prompts given: the shipped set that fits the weights (run.prompt_sets)
+    prompts_file = Path(prompts) if prompts is not None else prompt_set_path(prompt_set_for(pipe.lm is not None))
+    prompt_set = prompt_set if prompt_set is not None else load_prompts(prompts_file)
     say(f"running {len(prompt_set)} prompts on {pipe.device}")
     settings.pause_at("report:run")
     trace = pipe.run(prompt_set, names=["engram.*.dot"], progress=progress)
@@ -336,11 +341,17 @@ def _build_report(
     say("saving trace and tables")
     trace.save(out / "trace")
     frames, usage = _report_frames(trace, pipe)
+    memory_tables, memory_specs = memory_section(trace, pipe.lm, theme, say)  # tiny LM only
+    frames.update(memory_tables)
     tables = {name: write_table(df, out / "tables", name) for name, df in frames.items()}
     settings.pause_at("report:tables")
 
     say("drawing figures")
-    specs = {**_gate_figures(trace, frames["gates"], theme), **_row_figures(frames, usage, pipe.config, theme)}
+    specs = {
+        **memory_specs,
+        **_gate_figures(trace, frames["gates"], theme),
+        **_row_figures(frames, usage, pipe.config, theme),
+    }
     figures, missing_glyphs = _draw_figures(specs, out)
     if missing_glyphs:
         say(

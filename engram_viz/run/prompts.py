@@ -8,10 +8,12 @@ its raw ids are drawn at load time by ``numpy.random.default_rng(seed).integers(
 tokenizer's text round trip. Blank lines and lines starting with ``#`` are skipped; ``id``
 defaults to ``line<N>`` and ``category`` to ``custom``.
 
-The default set's categories (``CATEGORIES``): English and Chinese named entities (the Engram
-paper's Figure 7 examples among them: Alexander the Great, the Milky Way, Princess of Wales,
-四大发明, 张仲景 - in sentences of our own), idioms and formulaic phrases (English and Chinese),
-code, math, random-token controls and prompts with image spans.
+The default set's categories (``CATEGORIES``; the set is for the embedded tiny LM, see
+``run.prompt_sets``): English and Chinese named entities and set phrases (``idioms``) that occur in
+the tiny LM's training text, and controls: the same templates with unseen names, novel sentences,
+random tokens and image spans. The ``paper`` set (``PAPER_CATEGORIES``): the Engram paper's
+Figure 7 examples (Alexander the Great, the Milky Way, Princess of Wales, 四大发明, 张仲景 - in
+sentences of our own), idioms, code, math, random-token controls and image spans.
 """
 
 from __future__ import annotations
@@ -29,7 +31,10 @@ from engram_viz.run.images import ImagePromptError, ImageTextInput, build_input,
 from engram_viz.run.prompt_text import PromptInputError, check_prompt_text
 
 DEFAULT_PROMPTS = DATA_DIR / "prompts" / "default.jsonl"
-CATEGORIES = ("english_entities", "chinese_entities", "idioms", "code", "math", "random_token", "image")
+CATEGORIES = (
+    "english_entities", "chinese_entities", "idioms", "unseen_names", "novel_sentences", "random_token", "image",
+)  # fmt: skip
+PAPER_CATEGORIES = ("english_entities", "chinese_entities", "idioms", "code", "math", "random_token", "image")
 RANDOM_ID_RANGE = (3, 128000)
 MAX_RANDOM_LENGTH = 1_000_000  # tokens of one random-token control
 

@@ -37,6 +37,7 @@ from torch import nn
 from engram_viz.config import EngramConfig, load_config
 from engram_viz.core.engram import Engram
 from engram_viz.core.hashing import hash_prompt
+from engram_viz.core.layout import EngramLayout
 
 UNK_INDEX = 0  # row 0 of the small vocabulary: every raw id outside it
 
@@ -54,6 +55,17 @@ class TinyLMConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def engram_config(engram_vocab_size: int, base: str = "tiny") -> EngramConfig:
+    """The ``base`` preset with its tables resized: ``engram_vocab_size`` (the start of each
+    column's prime search) replaced and ``engram_num_embeddings`` recomputed from the primes."""
+    raw = load_config(base).to_dict()
+    raw["engram_vocab_size"] = int(engram_vocab_size)
+    probe = EngramConfig(**raw)
+    raw["engram_num_embeddings"] = tuple(int(r) for r in EngramLayout(probe).rows_per_layer)
+    raw["name"] = base if raw == load_config(base).to_dict() else f"{base}-v{engram_vocab_size}"
+    return EngramConfig(**raw)
 
 
 class RMSNorm(nn.Module):

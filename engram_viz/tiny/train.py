@@ -22,18 +22,17 @@ from matplotlib.figure import Figure
 from tqdm import tqdm
 
 from engram_viz._files import atomic_path
-from engram_viz.config import load_config
 from engram_viz.core.tokenizer import get_tokenizer
-from engram_viz.tiny.data import Corpus, batch_offsets, build_corpus, heldout_windows
+from engram_viz.tiny.data import TRAIN_SOURCES, Corpus, batch_offsets, build_corpus, heldout_windows
 from engram_viz.tiny.files import load_tiny_model, save_tiny_model, write_json
-from engram_viz.tiny.model import TinyEngramLM, TinyLMConfig, count_parameters, gates_forced
+from engram_viz.tiny.model import TinyEngramLM, TinyLMConfig, count_parameters, engram_config, gates_forced
 
-PROBE_WINDOWS = 64  # held-out windows scored during training (the final score uses all of them)
+PROBE_WINDOWS = 64  # held-out windows scored during training (the final score uses all HELDOUT_WINDOWS)
 
 
 @dataclass(frozen=True)
 class TrainSettings:
-    steps: int = 400
+    steps: int = 300
     batch: int = 16
     seq_len: int = 128
     lr: float = 5e-3
@@ -42,6 +41,8 @@ class TrainSettings:
     weight_decay: float = 0.01
     eval_every: int = 100
     threads: int = 1  # see MODEL_CARD.md: on a shared 2-core machine 2 threads ran ~4x slower than 1
+    engram_vocab_size: int = 10000  # table size: each of the 24 columns gets a prime just above this
+    vocab_rows: int = 8192  # rows of the LM's own token embedding (unknown row 0 + the commonest ids)
 
 
 def lr_at(step: int, s: TrainSettings) -> float:
@@ -153,16 +154,18 @@ def train_tiny(
     use_engram: bool = True,
     settings: TrainSettings = TrainSettings(),
     progress: bool = True,
+    corpus: Corpus | None = None,
 ) -> dict:
     """Train, export (fp8 Engram tensors) and evaluate; writes the model folder, ``metrics.json`` and
-    ``loss_curve.png`` into ``out`` and returns the metrics."""
+    ``loss_curve.png`` into ``out`` and returns the metrics. ``corpus`` (default: ``build_corpus``
+    with the settings' vocabulary) lets experiments tokenise once."""
     out = Path(out)
     torch.set_num_threads(settings.threads)
     torch.manual_seed(seed)
     t_start = time.perf_counter()
-    config = load_config("tiny")
+    config = engram_config(settings.engram_vocab_size)
     tok = get_tokenizer(config)
-    corpus = build_corpus(config)
+    corpus = build_corpus(config, settings.vocab_rows) if corpus is None else corpus
     windows = heldout_windows(corpus.heldout, settings.seq_len)
     lm = TinyLMConfig(vocab_rows=len(corpus.raw_ids), use_engram=use_engram)
     model = TinyEngramLM(config, tok.token_map, corpus.raw_ids, lm)
@@ -174,7 +177,12 @@ def train_tiny(
         "seed": seed,
         "steps": settings.steps,
         "settings": settings.__dict__,
-        "corpus": {"train_tokens": len(corpus.train), "heldout_tokens": len(corpus.heldout), **corpus.n_docs},
+        "corpus": {
+            "sources": list(TRAIN_SOURCES),
+            "train_tokens": len(corpus.train),
+            "heldout_tokens": len(corpus.heldout),
+            **corpus.n_docs,
+        },
     }
     save_tiny_model(model, out, {"training": provenance})
     exported = load_tiny_model(out)

@@ -57,13 +57,20 @@ def _table_html(df: pd.DataFrame, max_rows: int = 40, floatfmt: str = "{:.4g}") 
     return body + more
 
 
+_MEMORY_INTRO = (
+    "Does a gate open more where the model's memory holds the n-gram? Text positions grouped by how often "
+    "their trigram occurs in the tiny LM's training text, and random-token controls (tables gate_memory, "
+    "gate_count_curve, loss_by_category, memory_targets)."
+)
+
+
 def _provenance_html(prov: dict[str, Any]) -> str:
     """Model, streams, config, prompts and run as a definition list, then any warnings."""
     items = [
         ("Model and weights", prov["model"]),
         ("Residual streams", prov["streams"]),
         ("Config", f"{prov['config']} (dim {prov['dim']}, {prov['hc_mult']} streams, Engram layers {prov['layers']})"),
-        ("Prompts", (f"{prov['prompts_file']} - {prov['n_prompts']} prompts, {prov['n_tokens']} positions "
+        ("Prompts", (f"{prov.get('prompt_set', 'custom')} set: {prov['prompts_file']} - {prov['n_prompts']} prompts, {prov['n_tokens']} positions "
                     f"({prov['n_image_positions']} in image spans); sha256 {prov['prompts_sha256'][:16]}")),
         ("Run", (f"device {prov['device']}, wkv mode {prov['wkv_mode']}; engram-viz {prov['engram_viz']}, "
                 f"torch {prov['torch']}, Python {prov['python']}; {prov['created']}")),
@@ -203,6 +210,7 @@ def render_html(
         [
             _head(prov),
             _provenance_html(prov),
+            figs.section("Gate versus memory", ["gate_vs_memory"], _MEMORY_INTRO),
             _gates_by_category(frames["gates"]),
             figs.section("Gate distributions", ["gate_distributions"]),
             _token_text(token_sections),

@@ -29,7 +29,7 @@ from engram_viz.weights.safetensors import read_safetensors_header
 DEFAULT_DIR = DATA_DIR / "tiny-engram"
 LM_SHARD = "model-00001-of-00002.safetensors"  # tiny LM: small embedding, blocks, final norm (bf16)
 ENGRAM_SHARD = "model-00002-of-00002.safetensors"  # Engram tensors, real checkpoint names and dtypes
-TRAINED_ON = "the King James Bible + Debian Reference (zh-CN)"
+TRAINED_ON = "the King James Bible, WordNet glosses, the Debian Reference (zh-CN) and fortunes-zh"
 LM_PREFIX = "tiny."  # the LM's own tensors; the rest are Engram tensors under the checkpoint's names
 
 

@@ -133,3 +133,18 @@ def test_missing_glyphs_are_named_once_and_other_warnings_pass_through():
         names = _missing_glyphs(caught)
     assert names == ["\\N{DEVANAGARI LETTER TA}"]
     assert [str(w.message) for w in again] == ["something else"]
+
+
+def test_gate_versus_memory_section_comes_first_on_the_tiny_default(report_dir):
+    """The default weights are the tiny LM: the report picks the ``default`` prompt set, says so,
+    and its first figure after the provenance is gate versus memory, with its tables."""
+    manifest = json.loads((report_dir / "manifest.json").read_text())
+    assert manifest["provenance"]["prompt_set"] == "default"
+    assert {"gate_memory", "gate_count_curve", "loss_by_category", "memory_targets"} <= set(manifest["tables"])
+    page = (report_dir / "report.html").read_text(encoding="utf-8")
+    assert "default set: " in page
+    first = page.index('href="figures/gate_vs_memory.svg"')
+    assert first < page.index('href="figures/gate_distributions.svg"')
+    summary = pd.read_parquet(report_dir / "tables" / "gate_memory.parquet")
+    assert set(summary["group"]) == {"often", "seldom", "never", "random"}
+    assert (summary["n"] > 0).all() and summary["mean_gate"].between(0, 1).all()

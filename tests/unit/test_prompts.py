@@ -9,22 +9,43 @@ import pytest
 from prompt_kit import build_prompts
 
 from engram_viz.core.tokenizer import BOS_ID
-from engram_viz.run.prompts import CATEGORIES, DEFAULT_PROMPTS, PromptError, build_prompt, load_prompts
+from engram_viz.run.prompt_sets import PROMPT_SETS, prompt_set_for, prompt_set_path
+from engram_viz.run.prompts import (
+    CATEGORIES,
+    DEFAULT_PROMPTS,
+    PAPER_CATEGORIES,
+    PromptError,
+    build_prompt,
+    load_prompts,
+)
 
 
-def test_default_set_covers_every_category_and_the_figure7_examples(tokenizer):
-    prompts = load_prompts()
-    assert {p.category for p in prompts} == set(CATEGORIES)
-    texts = " ".join(p.text for p in prompts if p.text)
-    for needle in ("Alexander the Great", "Milky Way", "Princess of Wales", "四大发明", "张仲景"):
-        assert needle in texts
+@pytest.mark.parametrize("name,categories", [("default", CATEGORIES), ("paper", PAPER_CATEGORIES)])
+def test_shipped_sets_cover_their_categories(tokenizer, name, categories):
+    path = prompt_set_path(name)
+    prompts = load_prompts(path)
+    assert {p.category for p in prompts} == set(categories)
     built = build_prompts(prompts, tokenizer)
     for p, x in built:
         assert len(x) > 1 and x.input_ids[0] == BOS_ID
         assert (len(x.spans) > 0) == (p.category == "image")
         assert x.input_ids.max() < 129280 and x.input_ids.min() >= 0
-    for line in DEFAULT_PROMPTS.read_text(encoding="utf-8").splitlines():
+    for line in path.read_text(encoding="utf-8").splitlines():
         assert set(json.loads(line)) <= {"id", "category", "text", "seed", "length"}
+
+
+def test_paper_set_holds_the_figure7_examples_and_default_its_controls():
+    texts = " ".join(p.text for p in load_prompts(PROMPT_SETS["paper"]) if p.text)
+    for needle in ("Alexander the Great", "Milky Way", "Princess of Wales", "四大发明", "张仲景"):
+        assert needle in texts
+    default = load_prompts()
+    assert DEFAULT_PROMPTS == PROMPT_SETS["default"]
+    by_id = {p.id: p for p in default}
+    # the unseen-name controls reuse the entity templates with other names
+    assert by_id["en_israel_egypt"].text.split()[:4] == by_id["en_unseen_israel"].text.split()[:4]
+    assert prompt_set_for(True) == "default" and prompt_set_for(False) == "paper"
+    with pytest.raises(ValueError, match="unknown"):
+        prompt_set_path("nope")
 
 
 def test_random_controls_are_drawn_from_the_seed(tokenizer):
@@ -41,7 +62,7 @@ def test_random_controls_are_drawn_from_the_seed(tokenizer):
 
 
 def test_filter_and_custom_file(tmp_path, tokenizer):
-    assert {p.category for p in load_prompts(categories=["code"])} == {"code"}
+    assert {p.category for p in load_prompts(categories=["idioms"])} == {"idioms"}
     path = tmp_path / "p.jsonl"
     path.write_text(
         '# comment\n\n{"text": "hello world"}\n{"id": "r", "category": "x", "text": null, "seed": 1, "length": 4}\n'

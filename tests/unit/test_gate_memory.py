@@ -1,0 +1,80 @@
+"""Gate versus memory (engram_viz.analysis.gate_memory): training counts per position, groups,
+the per-layer summary, the binned curve with its Spearman, and the issue's target checks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from engram_viz.analysis.counts import NgramCounts
+from engram_viz.analysis.gate_memory import (
+    count_bin,
+    gate_count_curve,
+    gate_memory_summary,
+    memory_group,
+    memory_targets,
+    sequence_counts,
+    spearman,
+)
+
+
+def test_sequence_counts_reads_the_trigram_ending_at_each_position():
+    counts = NgramCounts("tiny")
+    counts.add_compressed(np.array([5, 6, 7, 5, 6, 7, 5, 6, 8]))  # one training sequence
+    got = sequence_counts(np.array([5, 6, 7, 9]), np.ones(4, bool), counts, order=3)
+    assert got.tolist() == [-1, -1, 2, 0]  # blocked, blocked, (5,6,7) seen twice, (6,7,9) never
+    assert sequence_counts(np.array([5, 6, 7]), np.ones(3, bool), counts, order=2).tolist() == [-1, 3, 2]
+    masked = sequence_counts(np.array([5, 6, -1]), np.array([True, True, False]), counts, order=2)
+    assert masked.tolist() == [-1, 3, -1]  # an image position counts nothing
+    with pytest.raises(ValueError, match="order"):
+        sequence_counts(np.array([5]), np.ones(1, bool), counts, order=5)
+
+
+def test_groups_bins_and_spearman():
+    g = memory_group(np.array([25, 20, 19, 1, 0, -1, 30]), np.array(["a"] * 6 + ["random_token"]))
+    assert g.tolist() == ["often", "often", "seldom", "seldom", "never", "blocked", "random"]
+    assert count_bin(np.array([0, 1, 3, 7, 20, 500, 5000])).tolist() == [
+        "0",
+        "1",
+        "2-4",
+        "5-19",
+        "20-99",
+        "100-999",
+        ">=1000",
+    ]
+    assert spearman(np.arange(10), np.arange(10) ** 3) == pytest.approx(1.0)
+    assert spearman(np.arange(10), -np.arange(10.0)) == pytest.approx(-1.0)
+    assert np.isnan(spearman(np.arange(2), np.arange(2)))
+
+
+def _frame() -> pd.DataFrame:
+    """Layer 1: gate rises with the count; layer 3: flat, random controls highest."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for layer in (1, 3):
+        for count in (0, 1, 5, 30, 300):
+            gate = 0.4 + 0.1 * np.log10(1 + count) if layer == 1 else 0.5
+            rows += [
+                {"layer": layer, "count": count, "category": "x", "gate": gate + e} for e in rng.normal(0, 0.01, 20)
+            ]
+        rows += [{"layer": layer, "count": 0, "category": "random_token", "gate": 0.3 if layer == 1 else 0.7}] * 20
+    f = pd.DataFrame(rows)
+    f["loss_saved"] = f["count"] / 100
+    f["group"] = memory_group(f["count"].to_numpy(), f["category"].to_numpy())
+    return f
+
+
+def test_summary_curve_and_targets():
+    f = _frame()
+    summary = gate_memory_summary(f)
+    assert summary[summary.layer == 1]["group"].astype(str).tolist() == ["often", "seldom", "never", "random"]
+    often = summary[(summary.layer == 1) & (summary.group == "often")].iloc[0]
+    assert often.n == 40 and often.loss_saved == pytest.approx(1.65)
+    curve, rho = gate_count_curve(f)
+    assert curve[curve.layer == 1]["count_bin"].astype(str).tolist() == ["0", "1", "5-19", "20-99", "100-999"]
+    assert rho[1] > 0.9 and abs(rho[3]) < 0.5
+    targets = memory_targets(summary, rho).set_index("layer")
+    assert bool(targets.loc[1, "met"]) and not bool(targets.loc[3, "met"])
+    assert targets.loc[1, "often_minus_random"] == pytest.approx(often.mean_gate - 0.3)
+    assert bool(targets.loc[3, "random_highest"]) and not bool(targets.loc[1, "random_highest"])
