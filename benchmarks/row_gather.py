@@ -1,16 +1,26 @@
 """Lazy vs in-memory gather of the same table rows, side by side in one run.
 
-    python benchmarks/row_gather.py [--rows 2000000] [--tokens 4096] [--reps 5]
+    python benchmarks/row_gather.py [--rows 2000000] [--tokens 4096] [--reps 5] [--warm-prompts 16]
 
 Writes a table file (``--rows`` x 256 e4m3 + e8m0 scales, random valid bytes) to a temporary
-folder, then gathers the rows of a ``--tokens``-token prompt (tokens x 24 ids, uniform like the
-hash) from (a) an ``InMemoryTable`` holding the whole file and (b) a ``LazyTable`` reading it with
-pread: warm (file in the page cache) and cold (pages dropped with posix_fadvise before each
-gather, so reads go to the disk), with 1 and 4 reader threads. Reps are interleaved so machine
-noise hits every variant alike; the printed figure is the median and the ratio to in-memory.
-Resident memory: what each backing holds, and the peak growth during one gather (VmHWM).
-Last, the same gather from a full-size sparse table (384,016,682 rows, 101 GB logical, no disk),
-which no in-memory backing can hold. Machines here are shared: read ratios, not absolute times.
+folder, then gathers the rows of ``--tokens``-token prompts (tokens x 24 ids) of two kinds:
+
+- ``real text``: the row ids of one Engram layer for consecutive prompts of the default corpus
+  (tokenizer + hash of v41-flash; Zipf-like: frequent n-grams come back), folded into the table's
+  rows (id mod rows) for the table file, as they are for the full-size table;
+- ``uniform``: uniformly random ids (the worst case for a cache).
+
+Every rep gathers a NEW prompt (the same ids for every variant, rows asserted identical), after
+``--warm-prompts`` earlier prompts went through each lazy table: a cache never sees the measured
+ids before (no repeated-prompt flattery). Backings: (a) an ``InMemoryTable`` holding the whole
+file; (b) ``LazyTable`` with pread, with a ``RowCache`` of ``CACHE_MB`` and without one (the
+default): warm (file in the page cache) and cold (pages dropped with posix_fadvise
+before each gather). Reps are interleaved so machine noise hits every variant alike; the figure is
+the median and the ratio to in-memory. Resident memory: what each backing holds, the peak growth
+during one gather (VmHWM). Last, both kinds from a full-size sparse table (384,016,682 rows, 101 GB
+logical, no disk), which no in-memory backing can hold: its time is set beside the in-memory
+gather of the same number of ids of that kind from the table file (a proxy, labelled so).
+Machines here are shared: read ratios, not absolute times.
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ from engram_viz.weights.tables import InMemoryTable, LazyTable
 
 HEAD_DIM, V41_ROWS = 256, 384_016_682
 W, S = "layers.14.engram.embed.weight", "layers.14.engram.embed.scale"
+CACHE_MB = 64  # the hot-row cache measured (LazyTable's default is no cache)
 
 
 def rss() -> int:
@@ -102,11 +113,131 @@ def timed(fn, before=None) -> tuple[float, int | None]:
     return dt, grow
 
 
+def real_text_ids(n_prompts: int, tokens: int) -> np.ndarray:
+    """Row ids of the first Engram layer for ``n_prompts`` consecutive ``tokens``-token prompts of
+    the default corpus -> ``[n_prompts, tokens, 24]`` (ids of the full-size table)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from corpus_throughput import tokenize_default_corpus
+
+    from engram_viz.analysis.hashes import rows_from_windows
+    from engram_viz.analysis.windows import StreamWindows
+    from engram_viz.config import load_config
+    from engram_viz.core.layout import EngramLayout
+    from engram_viz.core.tokenizer import get_tokenizer
+
+    cfg = load_config("v41-flash")
+    tok = get_tokenizer(cfg)
+    ids, starts, _ = tokenize_default_corpus(tok)
+    n = n_prompts * tokens
+    rows = rows_from_windows(EngramLayout(cfg), StreamWindows(cfg, tok.token_map)(ids[:n], starts[:n]))
+    return rows[:, 0, :].reshape(n_prompts, tokens, -1)
+
+
+def raw_bytes(pair) -> tuple[torch.Tensor, torch.Tensor]:
+    return tuple(t.view(torch.uint8) for t in pair)
+
+
+def warm_up(tables, prompts) -> None:
+    for table in tables:
+        for p in prompts:
+            table.gather_fp8(p)
+        table.cache.hits = table.cache.lookups = 0
+
+
+def warm_file(path: Path) -> None:
+    """The whole file into the page cache (after a cold variant dropped it)."""
+    with open(path, "rb", buffering=0) as fh:
+        while fh.read(64 * 2**20):
+            pass
+
+
+def check_same(kind: str, tables: dict, p: torch.Tensor, want) -> None:
+    """Rows of every lazy table equal the in-memory ones (the check's own cache hits not counted)."""
+    for name, table in tables.items():
+        counts = table.cache.hits, table.cache.lookups
+        got = raw_bytes(table.gather_fp8(p))
+        table.cache.hits, table.cache.lookups = counts
+        assert all(torch.equal(a, b) for a, b in zip(got, want)), f"{kind}: lazy {name} rows differ"
+
+
+def run_kind(kind: str, prompts: torch.Tensor, args, path: Path, mem, rows_note: str) -> dict:
+    """Interleaved reps over new prompts: every variant gathers prompt ``warm + rep``; medians printed.
+    Each variant has its own lazy table (its own cache); warm variants run with the whole file in
+    the page cache, cold ones after dropping it."""
+    names = ("warm, cache", "warm, no cache", "cold, cache", "cold, no cache", "bf16, cache")
+    lazies = {n: LazyTable.open(path, W, S, cache_mb=0 if "no cache" in n else CACHE_MB) for n in names}
+    warm_up(lazies.values(), prompts[: args.warm_prompts])
+    mem.gather_fp8(prompts[0])
+    cold = lambda: drop_cache(path)
+    variants = {
+        ("in-memory", "gather_fp8"): (lambda p: mem.gather_fp8(p), None),
+        ("lazy warm, cache", "gather_fp8"): (lambda p: lazies["warm, cache"].gather_fp8(p), None),
+        ("lazy warm, no cache", "gather_fp8"): (lambda p: lazies["warm, no cache"].gather_fp8(p), None),
+        ("in-memory", "lookup bf16"): (lambda p: mem(p), None),
+        ("lazy warm, cache", "lookup bf16"): (lambda p: lazies["bf16, cache"](p), None),
+        ("lazy cold, cache", "gather_fp8"): (lambda p: lazies["cold, cache"].gather_fp8(p), cold),
+        ("lazy cold, no cache", "gather_fp8"): (lambda p: lazies["cold, no cache"].gather_fp8(p), cold),
+    }
+    times = {k: [] for k in variants}
+    grows = {k: [] for k in variants}
+    for rep in range(args.reps):
+        p = prompts[args.warm_prompts + rep]
+        warm_file(path)
+        for k, (fn, before) in variants.items():
+            dt, grow = timed(lambda fn=fn, p=p: fn(p), before)
+            times[k].append(dt)
+            grows[k].append(grow)
+        warm_file(path)
+        check_same(kind, lazies, p, raw_bytes(mem.gather_fp8(p)))
+    ref = {op: statistics.median(times[("in-memory", op)]) for op in ("gather_fp8", "lookup bf16")}
+    n_ids = prompts[0].numel()
+    uniq = statistics.mean(len(torch.unique(prompts[args.warm_prompts + r])) for r in range(args.reps))
+    print(
+        f"## {kind} ids ({rows_note}): {n_ids:,} ids a prompt ({uniq:,.0f} unique on average), "
+        f"a new prompt each rep after {args.warm_prompts} warm-up prompts; cache hit rate of the timed warm "
+        f"gathers {lazies['warm, cache'].cache.hit_rate:.1%} of unique rows ({CACHE_MB} MB cache)"
+    )
+    print(f"{'backing':<22} {'op':<12} {'median ms':>10} {'x in-memory':>12} {'M ids/s':>8} {'peak RSS growth':>16}")
+    for (backing, op), ts in times.items():
+        med = statistics.median(ts)
+        print(
+            f"{backing:<22} {op:<12} {med * 1e3:>10.1f} {med / ref[op]:>11.2f}x {n_ids / med / 1e6:>8.2f} "
+            f"{max(grows[(backing, op)]) / 2**20:>13.0f} MB"
+        )
+    print()
+    return ref
+
+
+def full_size(tmp: str, kind: str, prompts: torch.Tensor, args, mem_ref: float) -> None:
+    """Both lazy variants on the full-size sparse table, new prompts after the warm-up ones."""
+    full = Path(tmp) / "full.safetensors"
+    if not full.exists():
+        create_sparse_safetensors(full, {W: ("F8_E4M3", (V41_ROWS, HEAD_DIM)), S: ("F8_E8M0", (V41_ROWS, 8))})
+    tables = {"cache": LazyTable.open(full, W, S, cache_mb=CACHE_MB), "nocache": LazyTable.open(full, W, S, cache_mb=0)}
+    warm_up(tables.values(), prompts[: args.warm_prompts])
+    pager = LazyTable.open(full, W, S, cache_mb=0)
+    res = {name: [] for name in tables}
+    for rep in range(args.reps):
+        p = prompts[args.warm_prompts + rep]
+        pager.gather_fp8(p)  # the prompt's pages into the page cache (holes are read as zero pages once)
+        for name, table in tables.items():
+            res[name].append(timed(lambda table=table, p=p: table.gather_fp8(p)))
+    for name, r in res.items():
+        med = statistics.median(x[0] for x in r)
+        hit = f", cache hit rate {tables[name].cache.hit_rate:.1%}" if name == "cache" else ""
+        print(
+            f"  {kind:<9} lazy {name:<8} gather_fp8 median {med * 1e3:6.1f} ms = {med / mem_ref:5.2f}x the in-memory "
+            f"gather of as many {kind} ids from the table file (proxy); peak RSS growth "
+            f"{max(x[1] for x in r) / 2**20:.0f} MB{hit}"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=2_000_000, help="rows of the table file (default 2,000,000 = 528 MB)")
     ap.add_argument("--tokens", type=int, default=4096)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--warm-prompts", type=int, default=16, help="prompts through each lazy table before timing")
     ap.add_argument(
         "--torch-threads",
         type=int,
@@ -114,17 +245,20 @@ def main() -> None:
         help="torch intra-op threads (default 1: on a shared, busy machine OpenMP spin-waiting distorts both sides)",
     )
     args = ap.parse_args()
-
     torch.set_num_threads(args.torch_threads)
+    n_prompts = args.warm_prompts + args.reps
+    real = torch.from_numpy(real_text_ids(n_prompts, args.tokens))
+    g = torch.Generator().manual_seed(0)
     with tempfile.TemporaryDirectory(prefix="row_gather-") as tmp:
         path = Path(tmp) / "table.safetensors"
         t = time.perf_counter()
         write_table(path, args.rows)
         size = path.stat().st_size
         print(
-            f"table file: {args.rows:,} x {HEAD_DIM} e4m3 + scales = {size / 1e6:,.0f} MB (written in {time.perf_counter() - t:.1f} s)"
+            f"table file: {args.rows:,} x {HEAD_DIM} e4m3 + scales = {size / 1e6:,.0f} MB (written in "
+            f"{time.perf_counter() - t:.1f} s); {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}; "
+            f"torch {torch.__version__} ({torch.get_num_threads()} intra-op threads)\n"
         )
-
         base = rss()
         lazy = LazyTable.open(path, W, S)
         lazy_held = rss() - base
@@ -132,68 +266,28 @@ def main() -> None:
         header = lazy.weight.parts[0], lazy.scale.parts[0]
         mem = InMemoryTable(read_tensor(header[0]), read_tensor(header[1]))
         mem_held = rss() - base
-        lazy1 = LazyTable.open(path, W, S)
-        lazy1.weight.workers = lazy1.scale.workers = 1
-
-        g = torch.Generator().manual_seed(0)
-        ids = torch.randint(0, args.rows, (args.tokens, 24), generator=g)
-        n_unique = len(torch.unique(ids))
-        print(
-            f"gather: {args.tokens} tokens x 24 = {ids.numel():,} ids ({n_unique:,} unique), median of {args.reps} "
-            f"interleaved reps; {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}; torch {torch.__version__} "
-            f"({torch.get_num_threads()} intra-op threads)\n"
-        )
-        variants = {
-            ("in-memory", "gather_fp8"): (lambda: mem.gather_fp8(ids), None),
-            ("lazy warm", "gather_fp8"): (lambda: lazy.gather_fp8(ids), None),
-            ("lazy cold, 4 threads", "gather_fp8"): (lambda: lazy.gather_fp8(ids), lambda: drop_cache(path)),
-            ("lazy cold, 1 thread", "gather_fp8"): (lambda: lazy1.gather_fp8(ids), lambda: drop_cache(path)),
-            ("in-memory", "lookup bf16"): (lambda: mem(ids), None),
-            ("lazy warm", "lookup bf16"): (lambda: lazy(ids), None),
+        kinds = {
+            "real text": (real % args.rows, real, "folded: id mod rows"),
+            "uniform": (
+                torch.randint(0, args.rows, (n_prompts, args.tokens, 24), generator=g),
+                torch.randint(0, V41_ROWS, (n_prompts, args.tokens, 24), generator=g),
+                "uniform over the rows",
+            ),
         }
-        lazy.gather_fp8(ids)  # warm the page cache, thread pool and allocator once
-        mem.gather_fp8(ids)
-        times = {k: [] for k in variants}
-        grows = {k: [] for k in variants}
-        for _ in range(args.reps):
-            for k, (fn, before) in variants.items():
-                dt, grow = timed(fn, before)
-                times[k].append(dt)
-                grows[k].append(grow)
-
-        ref = {op: statistics.median(times[("in-memory", op)]) for op in ("gather_fp8", "lookup bf16")}
+        refs = {}
+        for kind, (small, _, note) in kinds.items():
+            refs[kind] = run_kind(kind, small, args, path, mem, note)
         print(
-            f"{'backing':<22} {'op':<12} {'median ms':>10} {'x in-memory':>12} {'M rows/s':>9} {'peak RSS growth':>16}"
+            f"resident memory held by the table: in-memory {mem_held / 2**20:,.0f} MB, lazy {lazy_held / 2**20:,.1f} MB "
+            f"(+ up to {CACHE_MB} MB of cached rows)"
         )
-        for (backing, op), ts in times.items():
-            med = statistics.median(ts)
-            print(
-                f"{backing:<22} {op:<12} {med * 1e3:>10.1f} {med / ref[op]:>11.2f}x {ids.numel() / med / 1e6:>9.2f} "
-                f"{max(grows[(backing, op)]) / 2**20:>13.0f} MB"
-            )
+        del mem, lazy
         print(
-            f"\nresident memory held by the table: in-memory {mem_held / 2**20:,.0f} MB, lazy {lazy_held / 2**20:,.1f} MB"
+            f"\nfull-size sparse table ({V41_ROWS:,} x {HEAD_DIM}, {V41_ROWS * HEAD_DIM * 33 / 32 / 1e9:.1f} GB logical, "
+            "no disk; an in-memory table would need that much):"
         )
-        variants.clear()
-        mem = None
-
-        full = Path(tmp) / "full.safetensors"
-        create_sparse_safetensors(full, {W: ("F8_E4M3", (V41_ROWS, HEAD_DIM)), S: ("F8_E8M0", (V41_ROWS, 8))})
-        big = LazyTable.open(full, W, S)
-        ids_big = torch.randint(0, V41_ROWS, (args.tokens, 24), generator=g)
-        big.gather_fp8(ids_big[:8])
-        res = [timed(lambda: big.gather_fp8(ids_big)) for _ in range(args.reps)]
-        res_call = [timed(lambda: big(ids_big)) for _ in range(args.reps)]
-        print(
-            f"\nfull-size sparse table ({V41_ROWS:,} x {HEAD_DIM}, {full.stat().st_size / 1e9:.1f} GB logical, "
-            f"{full.stat().st_blocks * 512 / 1e6:.1f} MB on disk; an in-memory table would need "
-            f"{V41_ROWS * HEAD_DIM * 33 / 32 / 1e9:.1f} GB):"
-        )
-        for op, r in (("gather_fp8", res), ("lookup bf16", res_call)):
-            print(
-                f"  lazy {op:<12} median {statistics.median(x[0] for x in r) * 1e3:.1f} ms, "
-                f"peak RSS growth {max(x[1] for x in r) / 2**20:.0f} MB"
-            )
+        for kind, (_, big, _) in kinds.items():
+            full_size(tmp, kind, big, args, refs[kind]["gather_fp8"])
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@ One interface (``EngramTable``), several backings:
 
 - ``InMemoryTable(weight, scale)``: the tensors in memory (any device); gathered rows are checked
   for NaN bytes (``finite.py``), as ``LazyRows`` checks the rows it reads.
-- ``LazyTable``: rows read on demand from one or more safetensors files (two ``LazyRows``).
+- ``LazyTable``: rows read on demand from one or more safetensors files (two ``LazyRows``), the
+  rows read lately optionally kept in a small ``RowCache`` (``cache_mb``; off by default: measured
+  in ``benchmarks/row_gather.py``, its hits on real text did not pay for its copies).
 - ``ProceduralTable`` (``procedural.py``): row r a fixed function of ``(seed, r)``.
 
 ``table(row_ids)`` is the reference lookup ``fp8.dequantize_rows(*table.gather_fp8(row_ids))``
@@ -23,10 +25,12 @@ from engram_viz.config import FP8_BLOCK_SIZE
 from engram_viz.core import fp8
 from engram_viz.weights.errors import CheckpointError
 from engram_viz.weights.finite import nonfinite_error, tensor_nonfinite_rows
+from engram_viz.weights.row_cache import RowCache
 from engram_viz.weights.rows import LazyRows, check_row_ids, take_rows, unique_ids
 from engram_viz.weights.safetensors import read_safetensors_header
 
 DEQUANT_CHUNK_ROWS = 4096  # bounds the float32 temporaries of dequantisation (4 MB each at head_dim 256)
+DEFAULT_CACHE_MB = 0  # hot-row cache of a LazyTable, off (64 MB ~ 245k rows at head_dim 256: no faster, see above)
 
 
 class EngramTable:
@@ -120,7 +124,8 @@ class InMemoryTable(EngramTable):
 
 
 class LazyTable(EngramTable):
-    """A table whose rows are read on demand from safetensors files (see ``LazyRows``)."""
+    """A table whose rows are read on demand from safetensors files (see ``LazyRows``); the rows
+    read lately stay in ``self.cache`` when ``cache_mb`` > 0 (a ``RowCache``, hit counters included)."""
 
     def __init__(
         self,
@@ -129,6 +134,7 @@ class LazyTable(EngramTable):
         num_rows: int | None = None,
         label: str | None = None,
         synthetic: bool = False,
+        cache_mb: float = DEFAULT_CACHE_MB,
     ):
         where = label or weight.label
         self._check_pair(weight.dtype, scale.dtype, weight.cols, scale.cols, where)
@@ -143,6 +149,7 @@ class LazyTable(EngramTable):
         self.label = label or weight.label
         self.synthetic = synthetic
         self.device = torch.device("cpu")
+        self.cache = RowCache(cache_mb, weight.row_bytes, scale.row_bytes)
 
     @classmethod
     def open(
@@ -153,6 +160,7 @@ class LazyTable(EngramTable):
         num_rows: int | None = None,
         label: str | None = None,
         synthetic: bool = False,
+        cache_mb: float = DEFAULT_CACHE_MB,
     ) -> LazyTable:
         """The table ``weight_name`` / ``scale_name`` of one file, or row-split over several files in order."""
         paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
@@ -164,10 +172,15 @@ class LazyTable(EngramTable):
                     raise CheckpointError(f"{h.path}: tensor {name!r} not found")
             parts[name] = [h.tensors[name] for h in headers]
         w, s = LazyRows(parts[weight_name]), LazyRows(parts[scale_name])
-        return cls(w, s, num_rows=num_rows, label=label or w.label, synthetic=synthetic)
+        return cls(w, s, num_rows=num_rows, label=label or w.label, synthetic=synthetic, cache_mb=cache_mb)
+
+    def _read(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        w, s = self.weight.read_unique(ids), self.scale.read_unique(ids)
+        return w.view(torch.uint8).numpy(), s.view(torch.uint8).numpy()
 
     def _gather_unique(self, ids: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.weight.read_unique(ids), self.scale.read_unique(ids)
+        w, s = self.cache.gather(ids, self._read)
+        return torch.from_numpy(w).view(self.weight.dtype), torch.from_numpy(s).view(self.scale.dtype)
 
     def materialize(self) -> InMemoryTable:
         """Read the whole table into memory (only sensible for small tables)."""
