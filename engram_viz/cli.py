@@ -100,6 +100,7 @@ def cmd_corpus(args: argparse.Namespace) -> None:
         progress=not args.no_progress,
         workers=args.workers,
         scheduler=args.scheduler,
+        memory_limit=args.memory_limit,
     )
     s = result.summary
     print(
@@ -247,6 +248,13 @@ def _add_corpus_command(sub: argparse._SubParsersAction) -> None:
         "--workers", type=int, default=None, help="count on a local Dask cluster of N workers (needs the corpus extra)"
     )
     p.add_argument("--scheduler", default=None, help="count on the Dask cluster at ADDRESS (tcp://host:8786)")
+    p.add_argument(
+        "--memory-limit",
+        default=None,
+        metavar="SIZE",
+        help="budget for the distinct n-gram store per process (bytes or e.g. 2GB); past it sorted runs "
+        "spill to disk and are merged back (same tables)",
+    )
     p.set_defaults(func=cmd_corpus)
 
 

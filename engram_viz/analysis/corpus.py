@@ -23,6 +23,7 @@ lock against a second run into it, by ``engram_viz._files.atomic_folder``): ever
 from __future__ import annotations
 
 import json
+import os
 import resource
 import time
 from collections.abc import Iterable
@@ -37,8 +38,10 @@ from engram_viz.analysis.collisions import CollisionStats, analyse_together
 from engram_viz.analysis.corpus_counts import CorpusStats, checked_files, count_corpus
 from engram_viz.analysis.corpus_engine import count_corpus_dask, dask_client
 from engram_viz.analysis.corpus_sources import default_corpus_files, default_corpus_sources
+from engram_viz.analysis.counts import NgramCounts
 from engram_viz.analysis.decoder import NgramDecoder
 from engram_viz.analysis.documents import CorpusError
+from engram_viz.analysis.spill import parse_memory_limit
 from engram_viz.analysis.usage import RowUsage
 from engram_viz.config import EngramConfig, load_config
 from engram_viz.core.tokenizer import get_tokenizer
@@ -59,6 +62,22 @@ class CorpusResult:
     out_dir: Path
 
 
+def _count(job: tuple, out_dir, max_tokens, workers, scheduler, processes, limit) -> CorpusStats:
+    """The counting step of ``run_corpus``: in this process, or on Dask. Spilled runs go into a
+    hidden folder beside ``out_dir`` named like ``atomic_folder``'s build folder, so the next run
+    into ``out_dir`` clears what a killed run left."""
+    files, cfg, tok, text_field, doc_mode, bos, progress = job
+    target = Path(os.path.realpath(out_dir))
+    counts = NgramCounts(cfg, int(tok.token_map[cfg.engram_pad_id]), limit, target.parent, f".{target.name}.new-spill")
+    if not (bool(scheduler) or (workers or 1) > 1):
+        return count_corpus(files, cfg, tok, max_tokens, text_field, doc_mode, bos, progress=progress, counts=counts)
+    with dask_client(workers, scheduler, processes) as client:
+        return count_corpus_dask(
+            client, checked_files(files), cfg, tok, text_field, doc_mode, bos,
+            progress=progress, memory_limit=limit, counts=counts,
+        )  # fmt: skip
+
+
 def run_corpus(
     files: Iterable[str | Path] | None,
     out_dir: str | Path,
@@ -74,26 +93,26 @@ def run_corpus(
     workers: int | None = None,
     scheduler: str | None = None,
     processes: bool = True,
+    memory_limit: int | str | None = None,
 ) -> CorpusResult:
     """The ``engram-viz corpus`` job: count ``files`` (None: ``default_corpus_files()``), derive
     the row-usage and collision tables, write them and ``summary.json`` to ``out_dir`` (whole, or
     not at all). ``workers`` > 1 or ``scheduler``: count on Dask (``corpus_engine``; a local
-    cluster of ``workers``, or the cluster at ``scheduler``), with the same tables."""
+    cluster of ``workers``, or the cluster at ``scheduler``), with the same tables.
+    ``memory_limit`` (bytes or a size like ``"2GB"``): the n-gram store's budget in this process
+    and on each worker; past it sorted runs spill to disk (``spill``): here into a hidden folder
+    beside ``out_dir`` named like the build folder, so a killed run's runs are cleared by the next."""
     cfg = load_config(config)
     distributed = bool(scheduler) or (workers or 1) > 1
     if distributed and max_tokens is not None:
         raise CorpusError("max_tokens needs one process (the cap follows file order); drop --workers/--scheduler")
+    limit = parse_memory_limit(memory_limit)
     with atomic_folder(out_dir, marker="summary.json", pause=settings.pause_at) as build:
         tok = tokenizer if tokenizer is not None else get_tokenizer(cfg)
         default = files is None
         files = default_corpus_files() if default else [Path(f) for f in files]
-        if distributed:
-            with dask_client(workers, scheduler, processes) as client:
-                stats = count_corpus_dask(
-                    client, checked_files(files), cfg, tok, text_field, doc_mode, bos, progress=progress
-                )
-        else:
-            stats = count_corpus(files, cfg, tok, max_tokens, text_field, doc_mode, bos, progress=progress)
+        job = (files, cfg, tok, text_field, doc_mode, bos, progress)
+        stats = _count(job, out_dir, max_tokens, workers, scheduler, processes, limit)
         settings.pause_at("corpus:counted")
         t0 = time.perf_counter()
         usage = RowUsage(cfg, stats.counts)
@@ -125,6 +144,8 @@ def run_corpus(
             "analysis_s": round(analysis_s, 3),
             "tokens_per_s": round(stats.tokens / max(stats.elapsed_s, 1e-9)),
             "peak_rss_mb": round(peak_rss_mb(), 1),
+            "memory_limit": limit,
+            "spills": stats.counts.n_spills,
             "row_usage": usage.summary(),
             "collisions": collisions.summary(),
             "tables": sorted(tables),

@@ -11,6 +11,9 @@ local cluster (``workers=N``) or of an existing one (``scheduler="tcp://host:878
   (``counts.key_partition``); share i is merged into partition i's running total on a worker,
   so a worker holds only the partitions it merges, never the whole corpus's keys.
 - At the end the partitions, disjoint by key, merge into one ``NgramCounts`` on the client.
+- ``memory_limit``: a partition whose keys outgrow its share of the worker's budget spills
+  sorted runs to the worker's local directory (``spill``); a partition travels to the client as
+  arrays, and the client's accumulator may spill under its own limit.
 
 Tasks carry their inputs, so a worker that dies loses nothing: the scheduler reruns its tasks
 elsewhere (``retries`` more for errors), and the counts stay exact. At most ``2 * workers``
@@ -91,8 +94,18 @@ def _share(result, i):
     return result[0][i]
 
 
-def _merge(total: NgramCounts | None, part: NgramCounts) -> NgramCounts:
-    return part if total is None else total.merge(part)
+def _merge(total: NgramCounts | None, part: NgramCounts, memory_limit: int | None) -> NgramCounts:
+    """On a worker: add one share to its partition's running total (in place, so never retried on
+    an error: a lost worker's tasks are rerun from their inputs regardless). With a memory limit
+    the total spills sorted runs into the worker's local directory."""
+    if total is None:  # a fresh total: the share itself may still be held by its batch's result
+        spill_dir = None
+        if memory_limit is not None:
+            from dask.distributed import get_worker
+
+            spill_dir = get_worker().local_directory
+        total = NgramCounts(part.config, part.pad_id, memory_limit, spill_dir)
+    return total.merge(part)
 
 
 def count_corpus_dask(
@@ -107,12 +120,18 @@ def count_corpus_dask(
     max_doc_chars: int = 1 << 16,
     partitions: int | None = None,
     progress: bool = True,
+    memory_limit: int | None = None,
+    counts: NgramCounts | None = None,
 ) -> CorpusStats:
-    """``count_corpus`` on the cluster behind ``client`` (see the module docstring)."""
+    """``count_corpus`` on the cluster behind ``client`` (see the module docstring). ``memory_limit``
+    (bytes): each worker's budget for the keys of its partitions, split evenly among them; past
+    it a partition spills sorted runs to disk. ``counts``: the client's accumulator for the merged
+    partitions (e.g. one with its own memory limit); a fresh in-memory one by default."""
     from dask.distributed import wait
 
     n_workers = max(1, len(client.scheduler_info().get("workers", {})))
     parts = partitions or 2 * n_workers
+    part_limit = None if memory_limit is None else max(1, memory_limit * n_workers // parts)
     t0 = time.perf_counter()
     records = [file_record(f) for f in files]
     raw_counts = np.zeros(cfg.vocab_size, dtype=np.int64)
@@ -138,14 +157,15 @@ def count_corpus_dask(
             fut = client.submit(_task, texts, continues, cfg, tok_f, bos, parts, pure=False, retries=RETRIES)
             for i in range(parts):
                 share = client.submit(_share, fut, i, pure=False, retries=RETRIES)
-                totals[i] = client.submit(_merge, totals[i], share, pure=False, retries=RETRIES)
+                totals[i] = client.submit(_merge, totals[i], share, part_limit, pure=False)
             pending.append((fi, client.submit(_meta, fut, pure=False)))
             if len(pending) > 2 * n_workers:
                 settle(*pending.pop(0))
         for item in pending:
             settle(*item)
         wait([t for t in totals if t is not None])
-        counts = NgramCounts(cfg, int(tok.token_map[cfg.engram_pad_id]))  # as count_corpus
+        if counts is None:
+            counts = NgramCounts(cfg, int(tok.token_map[cfg.engram_pad_id]))  # as count_corpus
         for total in totals:
             if total is not None:
                 counts.merge(total.result())

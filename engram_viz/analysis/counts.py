@@ -1,7 +1,9 @@
 """N-gram counts: per order, the sorted distinct keys and how many counted positions carry each.
 
 :class:`NgramCounts` is the accumulator over windows (``windows``) with packed keys (``keys``);
-two shards merged equal the whole, and it saves to / loads from one ``.npz``.
+two shards merged equal the whole, and it saves to / loads from one ``.npz``. With a
+``memory_limit`` (bytes) it spills sorted runs to disk (``spill``) whenever its distinct keys
+outgrow the budget, and merges them back (an external merge) when read: the same counts.
 """
 
 from __future__ import annotations
@@ -13,25 +15,9 @@ import numpy as np
 
 from engram_viz._files import atomic_writer
 from engram_viz.analysis.keys import KEY_BITS, check_order, pack_ngrams, unpack_ngrams
+from engram_viz.analysis.spill import KEY_BYTES, SpillStore, merge_sorted, parse_memory_limit
 from engram_viz.analysis.windows import bool_mask, sequence_windows, window_ngrams
 from engram_viz.config import EngramConfig, load_config
-
-
-def _merge_sorted(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    """Merge sorted unique (keys, counts) runs: sum the counts of equal keys."""
-    parts = [p for p in parts if len(p[0])]
-    if not parts:
-        return np.empty(0, np.uint64), np.empty(0, np.int64)
-    if len(parts) == 1:
-        return parts[0]
-    keys = np.concatenate([p[0] for p in parts])
-    counts = np.concatenate([p[1] for p in parts])
-    order = np.argsort(keys, kind="stable")  # timsort: linear-ish on a few sorted runs
-    keys, counts = keys[order], counts[order]
-    first = np.ones(len(keys), dtype=bool)
-    first[1:] = keys[1:] != keys[:-1]
-    starts = np.flatnonzero(first)
-    return keys[starts], np.add.reduceat(counts, starts)
 
 
 def key_partition(group: int, lo: np.ndarray, parts: int) -> np.ndarray:
@@ -47,11 +33,20 @@ class NgramCounts:
     """Accumulator: per n-gram order, the distinct keys seen at counted positions and how many
     positions carry each. Counted positions are the text positions (``token_mask`` True); image
     (DEAD) positions are left out. ``merge`` adds another accumulator's counts: shards merged
-    equal the whole. Memory: 16 bytes per distinct n-gram (and order)."""
+    equal the whole. Memory: 16 bytes per distinct n-gram (and order); with ``memory_limit``
+    (bytes, or a size like ``"2GB"``) at most about that much, the rest spilled to sorted runs in
+    a temporary folder under ``spill_dir`` (the system's by default), merged back when read."""
 
     FLUSH_MIN = 1 << 22  # pending keys buffered before a merge into the sorted store
 
-    def __init__(self, config: EngramConfig | str = "tiny", pad_id: int | None = None):
+    def __init__(
+        self,
+        config: EngramConfig | str = "tiny",
+        pad_id: int | None = None,
+        memory_limit: int | str | None = None,
+        spill_dir: str | Path | None = None,
+        spill_prefix: str = "engram-spill-",
+    ):
         self.config = load_config(config)
         # compressed pad id = token_map[engram_pad_id]; the V4 map keeps raw id 2 at 2
         self.pad_id = int(self.config.engram_pad_id if pad_id is None else pad_id)
@@ -64,6 +59,9 @@ class NgramCounts:
         self.n_positions = 0  # counted (text) positions
         self.n_masked = 0  # image positions seen and left out
         self.version = 0  # bumped on every change; analyses cache against it
+        self.memory_limit = parse_memory_limit(memory_limit)
+        self._spill = SpillStore(spill_dir, spill_prefix)
+        self.n_spills = 0  # times the store went to disk
 
     # -- adding
     def add_windows(self, windows: np.ndarray, mask: np.ndarray | None = None) -> None:
@@ -87,8 +85,21 @@ class NgramCounts:
                 keys, counts = np.unique(sel, return_counts=True)
                 self._pending[n].setdefault(int(g), []).append((keys, counts.astype(np.int64)))
                 self._pending_size += len(keys)
-        if self._pending_size >= max(self.FLUSH_MIN, self.n_distinct_stored()):
+        self._settle()
+
+    def _settle(self) -> None:
+        """Merge the pending keys once they rival the store; spill when over the memory limit."""
+        over = self.memory_limit is not None and (self._pending_size + self.n_distinct_stored()) * KEY_BYTES > (
+            self.memory_limit
+        )
+        if over or self._pending_size >= max(self.FLUSH_MIN, self.n_distinct_stored()):
             self._flush()
+        if self.memory_limit is not None and self.n_distinct_stored() * KEY_BYTES > self.memory_limit:
+            for n in self.orders:
+                for g, (lo, c) in self._store[n].items():
+                    self._spill.write(n, g, lo, c)
+                self._store[n] = {}
+            self.n_spills += 1
 
     def add_compressed(self, compressed, token_mask=None) -> None:
         """Count the n-grams of sequences of compressed ids ``[B, T]`` or ``[T]``, each starting at
@@ -100,7 +111,7 @@ class NgramCounts:
         for n in self.orders:
             for g, parts in self._pending[n].items():
                 stored = self._store[n].get(g)
-                self._store[n][g] = _merge_sorted(([stored] if stored is not None else []) + parts)
+                self._store[n][g] = merge_sorted(([stored] if stored is not None else []) + parts)
             self._pending[n] = {}
         self._pending_size = 0
 
@@ -108,10 +119,11 @@ class NgramCounts:
         """Add ``other``'s counts into this one (in place); returns self."""
         if other.config.engram_max_ngram_size != self.config.engram_max_ngram_size:
             raise ValueError("cannot merge n-gram counts of different max n-gram sizes")
-        other._flush()
         for n in self.orders:
-            for g, part in other._store[n].items():
-                self._pending[n].setdefault(g, []).append(part)
+            for g, lo, c in other.groups(n):
+                self._pending[n].setdefault(g, []).append((lo, c))
+                self._pending_size += len(lo)
+                self._settle()
         self.n_positions += other.n_positions
         self.n_masked += other.n_masked
         self.version += 1
@@ -139,6 +151,20 @@ class NgramCounts:
         out = NgramCounts(self.config, self.pad_id)
         return out.merge(self)
 
+    def close(self) -> None:
+        """Drop the spilled runs from disk (the counts they held are gone with them)."""
+        self._spill.close()
+
+    def __getstate__(self) -> dict:
+        """Pickled (to another process, maybe another machine): spilled runs travel as arrays."""
+        if self._spill:
+            for n in self.orders:
+                self._store[n] = {g: (np.array(lo), np.array(c)) for g, lo, c in self.groups(n)}
+            self._spill.close()
+        state = dict(self.__dict__)
+        state["_spill"] = SpillStore(self._spill.parent, self._spill.prefix)
+        return state
+
     # -- reading
     def n_distinct_stored(self) -> int:
         return sum(len(k) for n in self.orders for k, _ in self._store[n].values())
@@ -146,8 +172,12 @@ class NgramCounts:
     def groups(self, order: int) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
         """``(group, lo uint64 [U_g], counts int64 [U_g])`` of one order, sorted by (group, lo)."""
         self._flush()
-        for g in sorted(self._store[order]):
-            lo, counts = self._store[order][g]
+        spilled = self._spill.groups(order)
+        for g in sorted(set(self._store[order]) | spilled):
+            if g in spilled:  # one external merge of its runs and the in-memory part
+                lo, counts = self._spill.merged(order, g, self._store[order].pop(g, None))
+            else:
+                lo, counts = self._store[order][g]
             yield g, lo, counts
 
     def ngrams(self, order: int) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,169 @@
+"""Sorted runs of n-gram counts on disk and their external merge: the bounded-memory store behind
+``NgramCounts(memory_limit=...)``.
+
+A *run* is one sorted, duplicate-free array of packed keys ``lo`` (uint64) with their counts
+(int64), for one n-gram order and key group, written as two raw binary files. When an
+accumulator's distinct keys outgrow its memory budget it writes its whole in-memory store as one
+run per (order, group) and starts empty again; reading merges every run of an (order, group)
+(plus what is still in memory) in one streaming k-way pass into a single run, read back
+memory-mapped. The merge takes, from every run, the keys up to the smallest of the runs' chunk
+ends, so each step holds about ``chunk`` keys per run; equal keys sum their counts. The result is
+exactly the in-memory ``merge_sorted`` of all the runs: tables come out byte-identical.
+
+The runs live in a temporary folder ``PREFIXxxxxxxxx.tmp`` made on the first spill under ``parent``
+(the system's temporary folder by default) and removed when the store is closed or collected, or
+at exit; ``run_corpus`` names it so that a killed run's folder is cleared by the next run.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from engram_viz._files import atomic_writer
+from engram_viz.errors import EngramVizError
+
+KEY_BYTES = 16  # a distinct key costs 8 bytes of key and 8 of count
+MIN_CHUNK = 1 << 12  # keys per run per merge step, at least
+
+
+class MemoryLimitError(EngramVizError, ValueError):
+    """A memory limit that is not a positive number of bytes."""
+
+
+def parse_memory_limit(value: str | int | None) -> int | None:
+    """``"2GB"``, ``"512MiB"``, ``"64k"``, ``"1000000"`` or an int -> bytes (None stays None)."""
+    if value is None or isinstance(value, int):
+        if isinstance(value, int) and value < 1:
+            raise MemoryLimitError(f"memory limit must be a positive number of bytes, got {value}")
+        return value
+    text = str(value).strip().lower().replace(" ", "")
+    units = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "kib": 2**10, "m": 1e6, "mb": 1e6, "mib": 2**20}
+    units.update({"g": 1e9, "gb": 1e9, "gib": 2**30, "t": 1e12, "tb": 1e12, "tib": 2**40})
+    number = text.rstrip("abcdefghijklmnopqrstuvwxyz")
+    try:
+        size = int(float(number) * units[text[len(number) :]])
+    except (ValueError, KeyError):
+        raise MemoryLimitError(
+            f"memory limit {value!r} is not a size; expected bytes or a number with a unit like 2GB or 512MiB"
+        ) from None
+    if size < 1:
+        raise MemoryLimitError(f"memory limit must be a positive number of bytes, got {value!r}")
+    return size
+
+
+def merge_sorted(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Merge sorted unique (keys, counts) runs: sum the counts of equal keys."""
+    parts = [p for p in parts if len(p[0])]
+    if not parts:
+        return np.empty(0, np.uint64), np.empty(0, np.int64)
+    if len(parts) == 1:
+        return parts[0]
+    keys = np.concatenate([p[0] for p in parts])
+    counts = np.concatenate([p[1] for p in parts])
+    order = np.argsort(keys, kind="stable")  # timsort: linear-ish on a few sorted runs
+    keys, counts = keys[order], counts[order]
+    first = np.ones(len(keys), dtype=bool)
+    first[1:] = keys[1:] != keys[:-1]
+    starts = np.flatnonzero(first)
+    return keys[starts], np.add.reduceat(counts, starts)
+
+
+@dataclass
+class Run:
+    """One sorted run on disk: ``length`` keys in ``stem.keys`` (uint64), counts in ``stem.counts``."""
+
+    stem: Path
+    length: int
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        if not self.length:
+            return np.empty(0, np.uint64), np.empty(0, np.int64)
+        keys = np.memmap(self.stem.with_suffix(".keys"), np.uint64, "r", shape=(self.length,))
+        counts = np.memmap(self.stem.with_suffix(".counts"), np.int64, "r", shape=(self.length,))
+        return np.asarray(keys), np.asarray(counts)
+
+
+def external_merge(runs: list[tuple[np.ndarray, np.ndarray]], chunk: int, write) -> int:
+    """Stream the k-way merge of sorted unique runs into ``write(keys, counts)`` in key order,
+    about ``chunk`` keys per run per step; returns the number of keys written."""
+    pos, total = [0] * len(runs), 0
+    while True:
+        live = [i for i, (k, _) in enumerate(runs) if pos[i] < len(k)]
+        if not live:
+            return total
+        cutoff = min(runs[i][0][min(pos[i] + chunk, len(runs[i][0])) - 1] for i in live)
+        parts = []
+        for i in live:
+            keys, counts = runs[i]
+            window = keys[pos[i] : pos[i] + chunk]
+            end = pos[i] + int(np.searchsorted(window, cutoff, side="right"))  # later keys are > cutoff
+            parts.append((np.array(keys[pos[i] : end]), np.array(counts[pos[i] : end])))
+            pos[i] = end
+        keys, counts = merge_sorted(parts)
+        write(keys, counts)
+        total += len(keys)
+
+
+class SpillStore:
+    """The runs of one accumulator, by ``(order, group)``, in a temporary folder under ``parent``."""
+
+    def __init__(self, parent: str | Path | None = None, prefix: str = "engram-spill-", chunk_bytes: int = 1 << 26):
+        self.parent, self.prefix = (None if parent is None else Path(parent)), prefix
+        self.chunk_bytes = chunk_bytes
+        self.runs: dict[tuple[int, int], list[Run]] = {}
+        self._folder: tempfile.TemporaryDirectory | None = None
+        self._serial = 0
+
+    def _stem(self) -> Path:
+        if self._folder is None:
+            if self.parent is not None:
+                self.parent.mkdir(parents=True, exist_ok=True)
+            self._folder = tempfile.TemporaryDirectory(suffix=".tmp", prefix=self.prefix, dir=self.parent)
+        self._serial += 1
+        return Path(self._folder.name) / f"run{self._serial:06d}"
+
+    def write(self, order: int, group: int, keys: np.ndarray, counts: np.ndarray) -> None:
+        """Add one sorted unique run of ``(order, group)``."""
+        stem = self._stem()
+        with atomic_writer(stem.with_suffix(".keys")) as fh:
+            np.ascontiguousarray(keys, np.uint64).tofile(fh)
+        with atomic_writer(stem.with_suffix(".counts")) as fh:
+            np.ascontiguousarray(counts, np.int64).tofile(fh)
+        self.runs.setdefault((order, group), []).append(Run(stem, len(keys)))
+
+    def groups(self, order: int) -> set[int]:
+        return {g for (o, g) in self.runs if o == order}
+
+    def merged(self, order: int, group: int, extra: tuple[np.ndarray, np.ndarray] | None):
+        """Every run of ``(order, group)`` plus ``extra`` (in memory) merged into one run, which
+        replaces them: ``(keys, counts)`` memory-mapped."""
+        old = self.runs.pop((order, group), [])
+        parts = [r.arrays() for r in old] + ([extra] if extra is not None and len(extra[0]) else [])
+        if len(old) == 1 and len(parts) == 1:
+            self.runs[(order, group)] = old
+            return parts[0]
+        stem = self._stem()
+        chunk = max(MIN_CHUNK, self.chunk_bytes // (KEY_BYTES * max(1, len(parts))))
+        with atomic_writer(stem.with_suffix(".keys")) as fk, atomic_writer(stem.with_suffix(".counts")) as fc:
+            length = external_merge(parts, chunk, lambda k, c: (k.tofile(fk), c.tofile(fc)))
+        del parts
+        for r in old:
+            r.stem.with_suffix(".keys").unlink(missing_ok=True)
+            r.stem.with_suffix(".counts").unlink(missing_ok=True)
+        run = Run(stem, length)
+        self.runs[(order, group)] = [run]
+        return run.arrays()
+
+    def __bool__(self) -> bool:
+        return bool(self.runs)
+
+    def close(self) -> None:
+        """Remove the runs and their folder."""
+        self.runs = {}
+        if self._folder is not None:
+            self._folder.cleanup()
+            self._folder = None

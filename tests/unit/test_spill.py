@@ -1,0 +1,78 @@
+"""spill: the external merge of sorted runs, and NgramCounts under a memory limit equal to none."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+from _brute import random_sequences
+
+from engram_viz.analysis.counts import NgramCounts
+from engram_viz.analysis.spill import MemoryLimitError, SpillStore, external_merge, merge_sorted, parse_memory_limit
+from engram_viz.config import load_config
+
+
+def _run(rng, n, high):
+    keys = np.unique(rng.integers(0, high, n).astype(np.uint64))
+    return keys, rng.integers(1, 9, len(keys)).astype(np.int64)
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 64, 10_000])
+def test_external_merge_equals_in_memory_merge(chunk):
+    rng = np.random.default_rng(chunk)
+    runs = [_run(rng, n, 500) for n in (0, 1, 40, 300, 700)] + [(np.array([2**64 - 1], np.uint64), np.array([5]))]
+    out = []
+    total = external_merge(runs, chunk, lambda k, c: out.append((k, c)))
+    keys, counts = np.concatenate([k for k, _ in out]), np.concatenate([c for _, c in out])
+    want_keys, want_counts = merge_sorted(runs)
+    assert total == len(want_keys)
+    assert np.array_equal(keys, want_keys) and np.array_equal(counts, want_counts)
+    assert np.all(keys[1:] > keys[:-1])  # each key once, in order
+
+
+def test_spill_store_merges_runs_and_cleans_up(tmp_path):
+    rng = np.random.default_rng(0)
+    store = SpillStore(tmp_path, prefix="t-", chunk_bytes=64)
+    runs = [_run(rng, 200, 300) for _ in range(4)]
+    for k, c in runs[:3]:
+        store.write(2, 0, k, c)
+    keys, counts = store.merged(2, 0, runs[3])
+    want = merge_sorted(runs)
+    assert np.array_equal(keys, want[0]) and np.array_equal(counts, want[1])
+    assert len(store.runs[(2, 0)]) == 1 and len(list(tmp_path.glob("t-*.tmp/*"))) == 2  # the merged run only
+    store.close()
+    assert not list(tmp_path.iterdir())
+
+
+def test_counts_with_a_tiny_memory_limit_equal_counts_without(tmp_path):
+    cfg = load_config("tiny")
+    seqs, masks = random_sequences(3, n_seq=30, max_len=60, alphabet=500)
+    free, bounded = NgramCounts(cfg), NgramCounts(cfg, memory_limit=256, spill_dir=tmp_path)
+    for s, m in zip(seqs, masks):
+        free.add_compressed(np.array(s), np.array(m))
+        bounded.add_compressed(np.array(s), np.array(m))
+    assert bounded.n_spills > 5 and any(tmp_path.iterdir())
+    assert bounded == free
+    assert bounded.n_distinct(3) == free.n_distinct(3)
+    bounded.add_compressed(np.array(seqs[0]))  # adding after a read merges again
+    free.add_compressed(np.array(seqs[0]))
+    assert bounded == free
+    merged = NgramCounts(cfg, memory_limit="1k", spill_dir=tmp_path).merge(bounded)
+    assert merged == free
+    travelled = pickle.loads(pickle.dumps(bounded))  # spilled runs travel as arrays
+    assert travelled == free and not travelled._spill
+    bounded.close()
+    merged.close()
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(("text", "size"), [("2GB", 2 * 10**9), ("512MiB", 512 * 2**20), ("64k", 64_000), (7, 7)])
+def test_parse_memory_limit(text, size):
+    assert parse_memory_limit(text) == size
+
+
+@pytest.mark.parametrize("bad", ["lots", "2XB", "0", -1, "-5MB"])
+def test_parse_memory_limit_refuses(bad):
+    with pytest.raises(MemoryLimitError, match="memory limit"):
+        parse_memory_limit(bad)
