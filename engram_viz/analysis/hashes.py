@@ -9,15 +9,19 @@ bit, tested); :func:`ngram_hashes` hashes distinct keys, which is all the accumu
 hardware division per element, and writing each head's column into ``[N, n_layers, 24]`` strides
 over the whole output once per column. :func:`reduce_mod` is division-free instead, and
 :func:`rows_from_windows` works in blocks of ``BLOCK`` positions on contiguous
-``[n_layers * 24, BLOCK]`` scratch that stays in cache, transposed into the output once.
+``[n_layers * 24, BLOCK]`` scratch that stays in cache, transposed into the output once. With
+numba installed, inputs of ``COMPILED_MIN`` positions or more go through the compiled kernel of
+``hash_kernel`` instead (the same arithmetic in one pass, about 2-3x faster again).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from engram_viz.analysis.hash_kernel import compiled_rows
 from engram_viz.core.layout import EngramLayout
 
+COMPILED_MIN = 1 << 16  # positions from which the compiled kernel pays for its one-off compile
 BLOCK = 8192  # positions per block: scratch of 48 x 8192 int64 (3 MiB) stays in L2/L3
 
 
@@ -41,6 +45,10 @@ def rows_from_windows(layout: EngramLayout, windows: np.ndarray) -> np.ndarray:
     w = np.asarray(windows, dtype=np.int64)
     n, n_layers, cols = len(w), len(layout.layer_ids), layout.n_hash_cols
     out = np.empty((n, n_layers, cols), dtype=np.int64)
+    kernel = compiled_rows(layout) if n >= COMPILED_MIN else None
+    if kernel is not None:
+        kernel(np.ascontiguousarray(w), out.reshape(n, n_layers * cols))
+        return out
     flat = out.reshape(n, n_layers * cols)
     columns = np.ascontiguousarray(w.T)  # [max_ngram, N]: one look-back contiguous
     scratch = np.empty((n_layers * cols, min(n, BLOCK)), dtype=np.int64)  # [layer * 24 + col, position]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from engram_viz.analysis import hashes
 from engram_viz.analysis.hashes import BLOCK, reduce_mod, rows_from_windows
 from engram_viz.config import load_config
 from engram_viz.core.layout import EngramLayout
@@ -58,3 +59,21 @@ def test_rows_from_windows_blocks_change_nothing():
                 want = rolling % layout.column_primes[li, col] + layout.offsets[li, col]
                 assert np.array_equal(rows[:, li, col], want)
     assert rows_from_windows(layout, w[:0]).shape == (0, len(layout.layer_ids), layout.n_hash_cols)
+
+
+@pytest.mark.parametrize("config", ["tiny", "v41-flash"])
+def test_compiled_kernel_equals_the_numpy_path(config, monkeypatch):
+    """The numba kernel (taken for large inputs) gives the numpy path's rows bit for bit, at the
+    largest ids too (the hash's top bits)."""
+    pytest.importorskip("numba")
+    cfg = load_config(config)
+    layout = EngramLayout(cfg)
+    rng = np.random.default_rng(2)
+    top = cfg.engram_compressed_vocab_size - 1
+    w = rng.integers(0, cfg.engram_compressed_vocab_size, (3000, cfg.engram_max_ngram_size))
+    w[:50] = top
+    w[50:60] = ([0, top] * cfg.engram_max_ngram_size)[: cfg.engram_max_ngram_size]
+    want = rows_from_windows(layout, w)  # numpy: under COMPILED_MIN
+    monkeypatch.setattr(hashes, "COMPILED_MIN", 1)
+    assert np.array_equal(rows_from_windows(layout, w), want)
+    assert rows_from_windows(layout, w[:0]).shape == want[:0].shape
