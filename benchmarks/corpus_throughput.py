@@ -9,12 +9,13 @@ measured side by side in one run; peak memory for a 10M-token corpus.
 2. ``reference``: the reference's ``NgramHashState`` forward transcribed literally in torch
    (``benchmarks/reference_hash.py``), over the first ``--ref-tokens`` positions cut into
    sequences of 4096, 16 sequences a call (torch on one thread).
-3. ``vectorised hash``: ``StreamWindows`` + ``rows_from_windows`` over the same sequences and
+3. ``vectorised hash``: ``StreamWindows`` + ``rows_from_windows`` (the numba kernel when installed) over the same sequences and
    chunks, checked bit-identical to (2).
 4. ``hash + accumulate``: windows + row ids + ``NgramCounts.add_windows`` (1M-token chunks) over
    the same positions, and ``+ analysis``: also every RowUsage / CollisionStats table.
    (2)-(4) run interleaved, best of 3 rounds each, so load drifting between them does not skew
-   the ratios. Then (4) once over the whole corpus.
+   the ratios. Then ``count_corpus`` end to end (read, batched tokenization, windows, counts),
+   and (4) once over the whole corpus.
 5. Peak memory (ru_maxrss of a fresh child process) for ``--memory-tokens`` tokens run through
    (4) and the analysis, twice: the real corpus repeated (distinct n-grams stay those of the
    corpus) and a worst case of uniformly random ids (almost every n-gram distinct).
@@ -39,6 +40,7 @@ import torch
 from reference_hash import ReferenceHash
 
 from engram_viz.analysis.collisions import CollisionStats, analyse_together
+from engram_viz.analysis.corpus_counts import count_corpus
 from engram_viz.analysis.corpus_sources import default_corpus_files
 from engram_viz.analysis.counts import NgramCounts
 from engram_viz.analysis.documents import iter_documents
@@ -195,7 +197,7 @@ def main() -> None:
     print(f"\n[same {m:,} positions, best of {ROUNDS} interleaved rounds]")
     print(f"  reference hash (NgramHashState in torch):        {m / best['reference']:>10,.0f} tok/s")
     print(
-        f"  vectorised hash (numpy):                         {m / best['hash']:>10,.0f} tok/s "
+        f"  vectorised hash (rows_from_windows, numba):     {m / best['hash']:>10,.0f} tok/s "
         f"{ratio['hash']:5.1f}x   row ids bit-identical: {identical}"
     )
     print(
@@ -208,6 +210,13 @@ def main() -> None:
     )
     if not identical:
         raise SystemExit("row ids differ from the reference transcription")
+
+    t0 = time.perf_counter()
+    job = count_corpus(default_corpus_files(), cfg, tok, progress=False)  # the corpus job's counting
+    e2e_s = time.perf_counter() - t0
+    results["count_corpus_tok_per_s"] = round(job.tokens / e2e_s)
+    print("\n[count_corpus on the default corpus: read, tokenize (batched), windows, count; one process]")
+    print(f"  {job.tokens:,} tokens in {e2e_s:.2f} s: {job.tokens / e2e_s:,.0f} tok/s end to end")
 
     counts = NgramCounts(cfg)
     t0 = time.perf_counter()

@@ -38,6 +38,7 @@ class NgramCounts:
     a temporary folder under ``spill_dir`` (the system's by default), merged back when read."""
 
     FLUSH_MIN = 1 << 22  # pending keys buffered before a merge into the sorted store
+    MERGE_PEAK = 4  # copies of the keys a merge holds at once (inputs, concatenated, order, gathered)
 
     def __init__(
         self,
@@ -88,13 +89,15 @@ class NgramCounts:
         self._settle()
 
     def _settle(self) -> None:
-        """Merge the pending keys once they rival the store; spill when over the memory limit."""
-        over = self.memory_limit is not None and (self._pending_size + self.n_distinct_stored()) * KEY_BYTES > (
-            self.memory_limit
-        )
-        if over or self._pending_size >= max(self.FLUSH_MIN, self.n_distinct_stored()):
+        """Merge the pending keys once they rival the store; past the memory limit, spill the
+        store. The budget counts the merge's working copies (``MERGE_PEAK`` x 16 bytes a key)."""
+        budget = None if self.memory_limit is None else self.memory_limit // (KEY_BYTES * self.MERGE_PEAK)
+        held = self._pending_size + self.n_distinct_stored()
+        if (budget is not None and held > budget) or self._pending_size >= max(
+            self.FLUSH_MIN, held - self._pending_size
+        ):
             self._flush()
-        if self.memory_limit is not None and self.n_distinct_stored() * KEY_BYTES > self.memory_limit:
+        if budget is not None and self.n_distinct_stored() > budget:
             for n in self.orders:
                 for g, (lo, c) in self._store[n].items():
                     self._spill.write(n, g, lo, c)

@@ -30,10 +30,13 @@ def _source(multipliers: tuple, primes: tuple, offsets: tuple, max_ngram: int, n
         lines.append(f"        h = c0 * {mult[0]}")
         for s in range(1, max_ngram):
             lines.append(f"        h = h ^ (c{s} * {mult[s]})")
+            lines.append(
+                "        u = np.uint64(h)  # h >= 0: unsigned division by a constant is the cheaper reciprocal"
+            )
             for head in range(n_heads):
                 col = (s - 1) * n_heads + head
                 j = li * cols + col
-                lines.append(f"        out[t, {j}] = h % {primes[li][col]} + {offsets[li][col]}")
+                lines.append(f"        out[t, {j}] = np.int64(u % np.uint64({primes[li][col]})) + {offsets[li][col]}")
     return "\n".join(lines) + "\n"
 
 
@@ -43,7 +46,7 @@ def _compile(multipliers: tuple, primes: tuple, offsets: tuple, max_ngram: int, 
         import numba
     except ImportError:
         return None
-    namespace: dict = {}
+    namespace: dict = {"np": np}
     exec(_source(multipliers, primes, offsets, max_ngram, n_heads), namespace)  # noqa: S102 - generated above
     return numba.njit("void(int64[:, ::1], int64[:, ::1])", nogil=True, boundscheck=False)(namespace["kernel"])
 
