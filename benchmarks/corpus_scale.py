@@ -1,7 +1,7 @@
 """Corpus growth: time and peak memory of counting 1 M / 10 M / 100 M tokens of uniformly random
 ids (the worst case: almost every n-gram distinct), without and with a memory limit.
 
-    python benchmarks/corpus_scale.py [--tokens 1000000 10000000] [--limit 256MB]
+    python benchmarks/corpus_scale.py [--tokens 1000000 10000000] [--limit 256MB] [--limited-only]
                                       [--config v41-flash] [--json OUT.json]
 
 Each measurement runs in a fresh child process (peak RSS = its ru_maxrss): ids drawn in 1 M-token
@@ -78,6 +78,9 @@ def main() -> None:
     p.add_argument("--tokens", type=int, nargs="+", default=[1_000_000, 10_000_000])
     p.add_argument("--limit", default="256MB", help="the memory limit of the limited runs")
     p.add_argument("--json", default=None, help="also write the results here")
+    p.add_argument(
+        "--limited-only", action="store_true", help="skip the runs without a limit (at 100 M they need ~20 GB)"
+    )
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--child-limit", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -89,7 +92,7 @@ def main() -> None:
     print(f"{'tokens':>12} {'limit':>8} {'count s':>8} {'merge s':>8} {'tok/s':>10} {'spills':>6} "
           f"{'disk MiB':>9} {'peak RSS MiB':>13}")  # fmt: skip
     for tokens in args.tokens:
-        for limit in (None, args.limit):
+        for limit in (args.limit,) if args.limited_only else (None, args.limit):
             cmd = [sys.executable, __file__, "--child", "--config", args.config, "--tokens", str(tokens)]
             cmd += [] if limit is None else ["--child-limit", limit]
             r = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.splitlines()[-1])
