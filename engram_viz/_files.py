@@ -140,7 +140,7 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def _table_safe(df: pd.DataFrame) -> pd.DataFrame:
+def flatten_tuples(df: pd.DataFrame) -> pd.DataFrame:
     """Parquet/CSV-friendly: columns of tuples (n-gram ids) become space-separated strings."""
     tuple_cols = [
         c
@@ -162,7 +162,7 @@ def write_table(
     unknown = [f for f in formats if f not in TABLE_FORMATS]
     if unknown:
         raise ValueError(f"table format {unknown[0]!r} unknown; expected one of {TABLE_FORMATS}")
-    df = _table_safe(df)
+    df = flatten_tuples(df)
     paths = []
     for fmt in formats:
         path = Path(out_dir) / f"{name}.{fmt}"

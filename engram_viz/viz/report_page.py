@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from engram_viz._files import _table_safe
+from engram_viz._files import flatten_tuples
 from engram_viz.analysis.gate_summary import gate_overview
 
 TITLE = "engram-viz report"
@@ -47,7 +47,7 @@ _PROXY_STREAMS_WARNING = (
 
 def _table_html(df: pd.DataFrame, max_rows: int = 40, floatfmt: str = "{:.4g}") -> str:
     """The first ``max_rows`` rows as an HTML table, with a note when rows were left out."""
-    shown = _table_safe(df.head(max_rows))
+    shown = flatten_tuples(df.head(max_rows))
     body = shown.to_html(index=False, classes="ev", border=0, float_format=lambda v: floatfmt.format(v), escape=True)
     more = (
         f'<div class="small">first {max_rows} of {len(df)} rows; all in the tables folder</div>'
