@@ -172,9 +172,10 @@ def build_section(runs: Path, model_dir: Path) -> str:
     walls = {name: m["train_wall_s"] for name, m in _runs(eng, noe, re_run) if m}
     if walls:
         lines.append(
-            "- Training wall time (1 thread each, shared 2-core machine, other jobs running): "
+            "- Training wall time (1 thread each, two runs at a time on the shared 2-core machine while "
+            "other jobs ran, so each got a varying fraction of a core): "
             + ", ".join(f"{k} {v:.0f} s" for k, v in walls.items())
-            + ". engram-s0 ran alone; the other six ran at the same time, so each got a fraction of a core."
+            + "."
         )
 
     settings = TrainSettings(**committed["settings"])
