@@ -3,6 +3,7 @@ synthetic checkpoint, the default checkpoint and the procedural v41-flash checkp
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -17,6 +18,8 @@ from weights_kit import (
 
 from engram_viz.core import fp8
 from engram_viz.core.schema import engram_names, expected_tensors
+from engram_viz.tiny.model import engram_config
+from engram_viz.tiny.train import TrainSettings
 from engram_viz.weights import synthetic as S
 from engram_viz.weights.checkpoint import open_checkpoint
 from engram_viz.weights.default import default_checkpoint
@@ -111,9 +114,11 @@ def test_synthetic_tiny_is_cached_and_rebuilt_when_damaged(tmp_path, monkeypatch
 
 
 def test_default_checkpoint_says_what_it_is(tiny_config):
-    """The embedded default is the tiny config, and its label says SYNTHETIC exactly when it is."""
+    """The embedded default is the tiny config with the tiny LM recipe's tables (a synthetic
+    fallback: the tiny config itself), and its label says SYNTHETIC exactly when it is."""
     ckpt = default_checkpoint()
-    assert ckpt.config == tiny_config and default_checkpoint().path == ckpt.path
+    want = tiny_config if ckpt.synthetic else engram_config(TrainSettings().engram_vocab_size)
+    assert dataclasses.replace(ckpt.config, name=want.name) == want and default_checkpoint().path == ckpt.path
     assert ("SYNTHETIC" in ckpt.label) == ckpt.synthetic
     assert ckpt.layers and ckpt.embed.rows(torch.tensor([[1, 2]])).shape == (1, 2, tiny_config.dim)
 
