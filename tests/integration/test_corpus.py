@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 import torch
 
+from engram_viz._cache import cached_path
 from engram_viz.analysis import corpus_sources
 from engram_viz.analysis.corpus import run_corpus
 from engram_viz.analysis.corpus_counts import count_corpus
@@ -221,7 +222,8 @@ def test_default_corpus_missing_package_names_it(tmp_path, monkeypatch):
     with pytest.raises(CorpusError, match="bible-kjv-text"):
         default_corpus_files()
     (tmp_path / "corpus").mkdir()
-    (tmp_path / "corpus" / "kjv-chapters-v1.txt").write_text("cached\n")
+    with cached_path(tmp_path / "corpus" / "kjv-chapters-v1.txt") as tmp:  # a verified cache entry
+        tmp.write_text("cached\n")
     monkeypatch.setattr(corpus_sources, "ZH_REFERENCE", tmp_path / "missing.txt.gz")
     with pytest.raises(CorpusError, match="debian-reference-zh-cn"):
         default_corpus_files()
