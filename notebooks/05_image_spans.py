@@ -72,7 +72,7 @@ gates.groupby(["prompt", "is_image"])["gate"].agg(["count", "mean", "max"])
 # of the sequence or onto an image position (the hasher then reads the pad id there).
 
 # %%
-table = ngram_windows_table(trace, "caption")
+table = ngram_windows_table(trace, pipe.config, "caption")
 span = table.index[table["is_image"]]
 table.iloc[max(span.min() - 3, 0) : span.max() + 6]
 

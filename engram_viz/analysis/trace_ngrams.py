@@ -53,13 +53,12 @@ def ngram_frequency(trace: Trace, counts: NgramCounts, order: int = 3) -> pd.Dat
     return pd.concat(recs, ignore_index=True)
 
 
-def ngram_windows_table(trace: Trace, prompt: str | int = 0, config: EngramConfig | str | None = None) -> pd.DataFrame:
+def ngram_windows_table(trace: Trace, config: EngramConfig | str, prompt: str | int = 0) -> pd.DataFrame:
     """The n-gram windows one prompt's positions hash, one row per position: position, token,
     is_image, then for each order 2..max the n-gram it reads (its tokens' text, or 'BLOCKED' when
-    a slot of it lies before the sequence start or on an image position). ``config`` (default:
-    the trace's) gives the largest order."""
-    cfg = load_config(config if config is not None else trace.meta["config"])
-    max_ngram = cfg.engram_max_ngram_size
+    a slot of it lies before the sequence start or on an image position). ``config`` (the one the
+    trace ran with, e.g. ``pipeline.config``) gives the largest order."""
+    max_ngram = load_config(config).engram_max_ngram_size
     i = trace.index(prompt) if isinstance(prompt, str) else int(prompt)
     c, text = trace_sequences(trace)[i]
     blocked = sequence_blocked(c, max_ngram, text)

@@ -40,8 +40,8 @@ def test_stream_selectivity_auc_by_hand():
     assert sel["auc"].iloc[0] == pytest.approx(4 / 6)
 
 
-def test_ngram_windows_block_at_the_start_and_across_images(trace):
-    table = ngram_windows_table(trace, "caption")
+def test_ngram_windows_block_at_the_start_and_across_images(pipe, trace):
+    table = ngram_windows_table(trace, pipe.config, "caption")
     assert (table.loc[0, ["2-gram", "3-gram", "4-gram"]] == "BLOCKED").all()
     assert table.loc[3, "4-gram"] != "BLOCKED"
     image = table.index[table["is_image"]]
