@@ -88,10 +88,6 @@ class ColumnView:
         s = self.stats()
         return len(s.occupied), int(np.count_nonzero(s.n_ngrams >= 2)), s.per_key
 
-    def distinct_per_key(self) -> np.ndarray:
-        """int64 ``[U]``: how many distinct n-grams share each n-gram's bucket (itself included)."""
-        return self.stats().per_key
-
     def keys_in(self, buckets: np.ndarray) -> np.ndarray:
         """Indices (into ``ngrams``, ascending) of the n-grams landing in any of ``buckets``."""
         s = self.stats()

@@ -165,18 +165,3 @@ def expert_tensors(cfg: Block0Config, e: int) -> dict[str, tuple[str, tuple[int,
         out[n[w]] = ("F4", (o, i))
         out[n[w + ".scale"]] = ("F8_E8M0", (o, i // FP4_BLOCK))
     return out
-
-
-def block0_bytes(cfg: Block0Config) -> int:
-    """Bytes of block 0 and the token embedding in the checkpoint (fp4 counts half a byte)."""
-    size = {"F32": 4, "BF16": 2, "F8_E4M3": 1, "F8_E8M0": 1, "F4": 0.5}
-    total = sum(_prod(s) * size[t] for t, s in dense_tensors(cfg).values())
-    total += cfg.n_routed_experts * sum(_prod(s) * size[t] for t, s in expert_tensors(cfg, 0).values())
-    return int(total + cfg.vocab_size * cfg.dim * 2)
-
-
-def _prod(shape: tuple[int, ...]) -> int:
-    out = 1
-    for s in shape:
-        out *= s
-    return out

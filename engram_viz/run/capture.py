@@ -21,7 +21,6 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -114,12 +113,6 @@ class ActivationCache(Mapping):
 def _add(point: Any, fn: HookFn) -> Callable[[], None]:
     """Register ``fn`` on a hook point; returns a function that removes exactly that hook."""
     return point.add_hook(fn).remove
-
-
-@dataclass
-class _Edit:
-    pattern: str
-    fn: HookFn
 
 
 class HookRegistry:

@@ -23,7 +23,7 @@ uses it to mark positions that read an edited row). Edits nest: the innermost wi
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 
@@ -186,12 +186,3 @@ def edit_tables(tables: Mapping[int, EngramTable], edits: Mapping[int, object]) 
         raise RowEditError(f"edits name layers {unknown}; the model's Engram layers are {sorted(tables)}")
     with ExitStack() as stack:
         yield {layer: stack.enter_context(edit_rows(tables[layer], e)) for layer, e in edits.items()}
-
-
-def merge_zeroed(*row_sets: Mapping[int, Iterable[int]]) -> dict[int, np.ndarray]:
-    """{layer: sorted unique rows} of several {layer: rows} selections (all to be zeroed)."""
-    out: dict[int, list] = {}
-    for sel in row_sets:
-        for layer, rows in sel.items():
-            out.setdefault(int(layer), []).extend(int(r) for r in rows)
-    return {layer: np.unique(np.asarray(rows, dtype=np.int64)) for layer, rows in out.items()}

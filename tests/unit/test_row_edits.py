@@ -11,7 +11,7 @@ from weights_kit import write_tiny_table
 from engram_viz.core import fp8
 from engram_viz.errors import EngramVizError
 from engram_viz.weights.procedural import ProceduralTable
-from engram_viz.weights.row_edits import RowEditError, edit_rows, edit_tables, merge_zeroed
+from engram_viz.weights.row_edits import RowEditError, edit_rows, edit_tables
 from engram_viz.weights.tables import InMemoryTable, LazyTable
 
 
@@ -60,13 +60,11 @@ def test_a_range_zeroes_a_block_and_edits_nest(table):
     assert torch.equal(table(ids), base)
 
 
-def test_edit_tables_and_merge(table):
+def test_edit_tables(table):
     with edit_tables({1: table}, {1: np.array([5, 6])}) as ovs:
         assert ovs[1].covers([5, 6, 7]).tolist() == [True, True, False]
     with pytest.raises(RowEditError, match="layers \\[9\\]"), edit_tables({1: table}, {9: [1]}):
         pass
-    merged = merge_zeroed({1: [3, 1]}, {1: [1, 2], 3: [7]})
-    assert merged[1].tolist() == [1, 2, 3] and merged[3].tolist() == [7]
 
 
 @pytest.mark.parametrize(
