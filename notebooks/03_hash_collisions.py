@@ -30,13 +30,13 @@ import pandas as pd
 from IPython.display import display
 
 from engram_viz.analysis.collisions import CollisionStats
-from engram_viz.analysis.decoder import NgramDecoder
 from engram_viz.analysis.corpus_counts import corpus_sample
+from engram_viz.analysis.decoder import NgramDecoder
+from engram_viz.analysis.exposure import collision_exposure
 from engram_viz.apps import notebook as nb
 from engram_viz.config import load_config
 from engram_viz.core.layout import EngramLayout
 from engram_viz.core.tokenizer import get_tokenizer
-from engram_viz.analysis.exposure import collision_exposure
 from engram_viz.run.prompt_sets import PROMPT_SETS
 from engram_viz.run.prompts import load_prompts
 from engram_viz.viz import collisions_vs_expected, exposure_beside_gates, heads_shared_vs_expected
