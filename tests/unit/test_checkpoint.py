@@ -29,19 +29,8 @@ from engram_viz.weights.errors import CheckpointError, RowIdError
 from engram_viz.weights.inspect import inspect_checkpoint
 from engram_viz.weights.safetensors import create_sparse_safetensors, read_safetensors_header, read_tensor
 from engram_viz.weights.scan import scan_checkpoint
-from engram_viz.weights.synthetic import synthetic_tensors, write_synthetic_checkpoint
+from engram_viz.weights.synthetic import write_synthetic_checkpoint
 from engram_viz.weights.tables import LazyTable
-
-
-@pytest.fixture(scope="module")
-def tiny_tensors(tiny_config):
-    return synthetic_tensors(tiny_config, seed=0)
-
-
-@pytest.fixture(scope="module")
-def hf_dir(tmp_path_factory) -> Path:
-    return write_synthetic_checkpoint(tmp_path_factory.mktemp("hf") / "tiny-hf", "tiny", seed=0)
-
 
 INDEX = "model.safetensors.index.json"
 

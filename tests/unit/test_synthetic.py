@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -25,17 +24,7 @@ from engram_viz.weights.checkpoint import open_checkpoint
 from engram_viz.weights.default import default_checkpoint
 from engram_viz.weights.errors import RowIdError
 from engram_viz.weights.procedural import ProceduralTable
-from engram_viz.weights.synthetic import synthetic_checkpoint, synthetic_tensors, write_synthetic_checkpoint
-
-
-@pytest.fixture(scope="module")
-def tiny_tensors(tiny_config):
-    return synthetic_tensors(tiny_config, seed=0)
-
-
-@pytest.fixture(scope="module")
-def hf_dir(tmp_path_factory) -> Path:
-    return write_synthetic_checkpoint(tmp_path_factory.mktemp("hf") / "tiny-hf", "tiny", seed=0)
+from engram_viz.weights.synthetic import synthetic_checkpoint, write_synthetic_checkpoint
 
 
 def test_synthetic_gates_are_not_trivial(hf_dir, tiny_config):
