@@ -32,7 +32,7 @@ from matplotlib.figure import Figure
 
 from engram_viz import settings
 from engram_viz.apps.widget import pipeline_from_env
-from engram_viz.config import load_config
+from engram_viz.config import DATA_DIR, load_config
 from engram_viz.viz.export import (
     BrowserNotFoundError,
     check_offline_html,
@@ -43,7 +43,7 @@ from engram_viz.viz.export import (
 )
 from engram_viz.viz.tokens import TokenView
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = DATA_DIR.parent  # the repository root (data/ lives there)
 
 
 def setup(dpi: int = 110) -> None:
