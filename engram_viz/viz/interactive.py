@@ -104,6 +104,21 @@ def _token_strip(go, fig, base: pd.DataFrame, tokens: list[str], custom: list, l
         )
 
 
+def _themed(fig, t, title: str, width: int, height: int, bottom: int):
+    """The theme's colours, font and margins on a plotly figure; returns it."""
+    fig.update_layout(
+        template=t.plotly_template,
+        title={"text": title, "x": 0.01},
+        width=width,
+        height=height,
+        paper_bgcolor=t.background,
+        plot_bgcolor=t.image,
+        font={"family": HTML_FONT_STACK, "color": t.foreground},
+        margin={"l": 60, "r": 20, "t": 50, "b": bottom},
+    )
+    return fig
+
+
 def gate_heatmap_interactive(
     gates: pd.DataFrame,
     prompt: str | None = None,
@@ -154,17 +169,14 @@ def gate_heatmap_interactive(
     fig.update_yaxes(autorange="reversed", row=2, col=1)
     fig.update_yaxes(showticklabels=False, row=1, col=1)
     fig.update_xaxes(title_text="position", row=2, col=1)
-    fig.update_layout(
-        template=t.plotly_template,
-        title={"text": f"{html.escape(str(prompt))}: gates per stream (image positions grey)", "x": 0.01},
-        width=width or int(np.clip(160 + 26 * len(tokens), 600, 1800)),
-        height=height or 250 + 30 * len(ylabels),
-        paper_bgcolor=t.background,
-        plot_bgcolor=t.image,
-        font={"family": HTML_FONT_STACK, "color": t.foreground},
-        margin={"l": 60, "r": 20, "t": 50, "b": 40},
+    return _themed(
+        fig,
+        t,
+        f"{html.escape(str(prompt))}: gates per stream (image positions grey)",
+        width or int(np.clip(160 + 26 * len(tokens), 600, 1800)),
+        height or 250 + 30 * len(ylabels),
+        bottom=40,
     )
-    return fig
 
 
 def gate_difference_interactive(
@@ -214,14 +226,11 @@ def gate_difference_interactive(
         zeroline=False,
     )
     fig.update_yaxes(autorange="reversed", showgrid=False, zeroline=False)
-    fig.update_layout(
-        template=t.plotly_template,
-        title={"text": f"gate {html.escape(str(b))} - gate {html.escape(str(a))} per aligned token", "x": 0.01},
-        width=width or int(np.clip(160 + 18 * len(labels), 600, 1800)),
-        height=height or 220 + 26 * len(rows),
-        paper_bgcolor=t.background,
-        plot_bgcolor=t.image,
-        font={"family": HTML_FONT_STACK, "color": t.foreground},
-        margin={"l": 60, "r": 20, "t": 50, "b": 80},
+    return _themed(
+        fig,
+        t,
+        f"gate {html.escape(str(b))} - gate {html.escape(str(a))} per aligned token",
+        width or int(np.clip(160 + 18 * len(labels), 600, 1800)),
+        height or 220 + 26 * len(rows),
+        bottom=80,
     )
-    return fig
