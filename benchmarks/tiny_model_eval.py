@@ -11,11 +11,12 @@ and measures on the committed weights (``data/tiny-engram``, the exported fp8 mo
 - held-out loss with Engram open vs every gate forced to 0 through the ``engram.L{n}.gate`` hooks,
   per seed, against the spread over seeds and against the no-Engram architecture;
 - per seed, the gate-versus-memory analysis (``engram_viz.analysis.gate_memory``) on held-out
-  positions grouped by how often their n-gram (the compressed trigram ending there) occurs in the
-  training stream: often (>= 20), seldom (1-19), never (0), and on random-token control
+  positions grouped by how often the seed's run read their n-gram (the compressed trigram ending
+  there) in its training batches: often (>= 20), seldom (1-19), never (0), and on random-token control
   sequences (tokens drawn uniformly from the model's vocabulary); the Spearman correlation of gate
   and log(1 + count); per group the next-token loss the open gates save (gates forced to 0 minus
-  open, both Engram layers together).
+  open, both Engram layers together); and the three target figures for the bigram, trigram and
+  4-gram ending at each position.
 
 Usage: ``python benchmarks/tiny_model_eval.py --runs out/tiny-runs [--card data/tiny-engram/MODEL_CARD.md]``
 (prints the section; ``--card`` also replaces the text between the card's eval markers).
@@ -43,12 +44,13 @@ from engram_viz.analysis.gate_memory import (
 from engram_viz.tiny.data import build_corpus, heldout_windows
 from engram_viz.tiny.files import load_tiny_model
 from engram_viz.tiny.model import engram_config
-from engram_viz.tiny.probe import random_windows
+from engram_viz.tiny.probe import probe_windows, random_windows
 from engram_viz.tiny.train import TrainSettings
 from engram_viz.weights.tiny_folder import DEFAULT_DIR, ENGRAM_SHARD, LM_SHARD
 
 BEGIN, END = "<!-- eval:begin -->", "<!-- eval:end -->"
 N_HELD, N_RANDOM = 160, 64  # windows of the gate analysis per seed
+ORDERS, ORDER = (2, 3, 4), 3  # n-gram orders tabled; the order of the main table (as the report)
 
 
 def _metrics(folder: Path) -> dict | None:
@@ -56,19 +58,43 @@ def _metrics(folder: Path) -> dict | None:
     return json.loads(f.read_text()) if f.is_file() else None
 
 
-def seed_gate_frame(folder: Path, corpus, counts, n_held: int, n_random: int, seq_len: int) -> pd.DataFrame:
+def seed_gate_frames(folder: Path, corpus, n_held: int, n_random: int, seq_len: int) -> dict[int, pd.DataFrame]:
     """Held-out windows (evenly spread) and random-token windows (uniform over the model's known
-    raw ids, seed 0) through one run's exported model: ``analysis.gate_memory`` frame."""
+    raw ids, seed 0) through one run's exported model: one ``analysis.gate_memory`` frame per
+    n-gram order, counted against what this run read in training."""
     model = load_tiny_model(folder)
+    counts = training_counts(model.config, model.provenance, str(folder))
     held = heldout_windows(corpus.heldout, seq_len, n_held)
     rnd = random_windows(corpus.raw_ids, n_random, seq_len + 1, seed=0)
-    return pd.concat(
-        [
-            windows_memory_frame(model, held, counts, "heldout"),
-            windows_memory_frame(model, rnd, counts, RANDOM_CATEGORY),
-        ],
-        ignore_index=True,
-    )
+    probes = {"heldout": (held, probe_windows(model, held)), RANDOM_CATEGORY: (rnd, probe_windows(model, rnd))}
+    return {
+        order: pd.concat(
+            [windows_memory_frame(model, w, counts, cat, order, probe=p) for cat, (w, p) in probes.items()],
+            ignore_index=True,
+        )
+        for order in ORDERS
+    }
+
+
+def order_lines(frames: dict[int, dict[int, pd.DataFrame]]) -> list[str]:
+    """Per seed, layer and n-gram order: the three target figures (the gate is one number per
+    position for all orders; which order's count it follows best is a finding, not a choice)."""
+    lines = ["| seed | layer | order | often (n) | often - random | often - never | Spearman | targets met |"]
+    lines.append("|---|---|---|---|---|---|---|---|")
+    for seed, by_order in frames.items():
+        rows = []
+        for order, frame in by_order.items():
+            summary = gate_memory_summary(frame)
+            _, rho = gate_count_curve(frame)
+            n = summary[summary["group"].astype(str) == "often"].set_index("layer")["n"]
+            for _, t in memory_targets(summary, rho).iterrows():
+                rows.append((int(t.layer), order, t, int(n.get(t.layer, 0))))
+        for layer, order, t, n in sorted(rows, key=lambda r: (r[0], r[1])):
+            lines.append(
+                f"| {seed} | {layer} | {order} | {n:,} | {t.often_minus_random:+.3f} | {t.often_minus_never:+.3f}"
+                f" | {t.spearman:.3f} | {'**yes**' if t.met else 'no'} |"
+            )
+    return lines
 
 
 def gate_lines(frames: dict[int, pd.DataFrame]) -> list[str]:
@@ -182,15 +208,17 @@ def build_section(runs: Path, model_dir: Path) -> str:
     torch.set_num_threads(settings.threads)
     config = engram_config(settings.engram_vocab_size)
     corpus = build_corpus(config, settings.vocab_rows)
-    counts = training_counts(config)
     frames = {
-        s: seed_gate_frame(runs / f"engram-s{s}", corpus, counts, N_HELD, N_RANDOM, settings.seq_len)
+        s: seed_gate_frames(runs / f"engram-s{s}", corpus, N_HELD, N_RANDOM, settings.seq_len)
         for s in range(3)
         if eng[s]
     }
     lines += ["", (f"### Gate versus memory, per seed (mean gate over the 4 streams; {N_HELD} held-out windows, "
-              f"{N_RANDOM} random-token windows of {settings.seq_len} tokens)"), ""]  # fmt: skip
-    lines += gate_lines(frames)
+              f"{N_RANDOM} random-token windows of {settings.seq_len} tokens; count: how often the seed's run "
+              f"read the trigram ending at the position)"), ""]  # fmt: skip
+    lines += gate_lines({s: f[ORDER] for s, f in frames.items()})
+    lines += ["", "The three targets for every n-gram order of the position (2 = the bigram ending there, ...):", ""]
+    lines += order_lines(frames)
     return "\n".join(lines)
 
 

@@ -66,7 +66,7 @@ nb.provenance(trace)
 
 # %%
 if pipe.lm is not None:
-    counts = training_counts(pipe.config)
+    counts = training_counts(pipe.config, pipe.lm.provenance)
     memory = trace_memory_frame(trace, counts, loss_saved=trace_loss_saved(pipe.lm, trace))
     summary = gate_memory_summary(memory)
     curve, rho = gate_count_curve(memory)

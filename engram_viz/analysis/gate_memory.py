@@ -1,8 +1,10 @@
 """Gate versus memory: does a position's gate open more when its n-gram was seen in training?
 
-For each text position the **training count** is how often the ``order``-gram ending there occurs
-in the model's training stream (an :class:`NgramCounts`; -1 where the n-gram reaches before the
-sequence start or onto an image, "blocked"). Positions fall into **memory groups**:
+For each text position the **training count** is how often the model read the ``order``-gram
+ending there in training (:func:`read_counts`: the windows of every batch of its recipe, not the
+whole training stream, most of which a short run never reads; an :class:`NgramCounts`; -1 where
+the n-gram reaches before the sequence start or onto an image, "blocked"). Positions fall into
+**memory groups**:
 
 ==========  =====================================================================================
 ``often``   the n-gram was seen at least ``OFTEN`` (20) times in training
@@ -26,18 +28,21 @@ import json
 
 import numpy as np
 import pandas as pd
+import torch
 
 from engram_viz.analysis.counts import NgramCounts
 from engram_viz.analysis.trace_ngrams import trace_sequences
 from engram_viz.analysis.windows import sequence_blocked, sequence_windows, window_ngrams
 from engram_viz.config import EngramConfig
 from engram_viz.core.tokenizer import get_tokenizer
+from engram_viz.errors import EngramVizError
 from engram_viz.run.trace import Trace
 from engram_viz.settings import cache_dir
-from engram_viz.tiny.data import TRAIN_SOURCES, build_corpus
+from engram_viz.tiny.data import batch_offsets, build_corpus, windows_at
 from engram_viz.tiny.probe import probe_windows
 
 OFTEN = 20  # training count from which an n-gram is "seen often"
+READ_CHUNK = 4096  # training windows counted at a time
 GROUPS = ("often", "seldom", "never", "random")
 RANDOM_CATEGORY = "random_token"
 COUNT_BINS = (0, 1, 2, 5, 20, 100, 1000)  # left edges of the gate-vs-count bins
@@ -56,17 +61,48 @@ def sequence_counts(compressed: np.ndarray, text: np.ndarray, counts: NgramCount
     return np.where(blocked, -1, counts.count_of(window_ngrams(windows, order)))
 
 
-def training_counts(config: EngramConfig, sources: tuple[str, ...] = TRAIN_SOURCES) -> NgramCounts:
-    """N-gram counts (orders 2..max) of the tiny LM's training stream (``tiny.data.build_corpus``,
-    counted as one sequence), cached in ``cache_dir()/tiny-train-counts-<key>.npz``; needs the
-    sources' Debian packages the first time (``tiny.sources`` names them when missing)."""
-    key = hashlib.sha256(json.dumps([list(sources), config.engram_max_ngram_size]).encode()).hexdigest()
-    path = cache_dir() / f"tiny-train-counts-{key[:16]}.npz"
+def read_counts(config: EngramConfig, train: torch.Tensor, recipe: dict) -> NgramCounts:
+    """N-gram counts (orders 2..max) of what a tiny LM read in training: the input part
+    (``[:, :seq_len]``) of every window of every batch of ``recipe`` (seed, steps, batch, seq_len;
+    ``tiny.data.batch_offsets``) over the raw training stream ``train``, each window counted as a
+    fresh sequence from position 0, as the model hashed it. Unread parts of the stream count
+    nothing; a stretch read twice counts twice."""
+    seq_len = int(recipe["seq_len"])
+    offsets = batch_offsets(len(train), seq_len, int(recipe["batch"]), int(recipe["steps"]), int(recipe["seed"]))
+    token_map = get_tokenizer(config).token_map
+    counts = NgramCounts(config)
+    for chunk in offsets.reshape(-1).split(READ_CHUNK):
+        counts.add_compressed(token_map[windows_at(train, chunk, seq_len)[:, :-1].numpy()])
+    return counts
+
+
+def training_recipe(training: dict | None, where: str) -> dict:
+    """The recipe :func:`read_counts` needs (sources, seed, steps, batch, seq_len) from the
+    ``training`` section of a tiny LM folder's ``config.json``; ``EngramVizError`` naming
+    ``where`` when it is missing or incomplete."""
+    try:
+        s = training["settings"]
+        recipe = {"sources": [str(x) for x in training["corpus"]["sources"]], "seed": int(training["seed"])}
+        recipe |= {k: int(s[k]) for k in ("steps", "batch", "seq_len")}
+    except (TypeError, KeyError, ValueError) as err:
+        raise EngramVizError(
+            f"{where}: no usable 'training' section (seed, settings.steps/batch/seq_len, corpus.sources; "
+            f"missing or bad: {err}); the gate-versus-memory analysis needs the recipe the model was trained with"
+        ) from None
+    return recipe
+
+
+def training_counts(config: EngramConfig, training: dict | None, where: str = "tiny LM") -> NgramCounts:
+    """:func:`read_counts` of a tiny LM from its ``training`` section (:func:`training_recipe`),
+    cached in ``cache_dir()/tiny-read-counts-<key>.npz``; needs the sources' Debian packages the
+    first time (``tiny.sources`` names them when missing)."""
+    recipe = training_recipe(training, where) | {"max_ngram": int(config.engram_max_ngram_size)}
+    key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
+    path = cache_dir() / f"tiny-read-counts-{key[:16]}.npz"
     if path.is_file():
         return NgramCounts.load(path, config)
-    corpus = build_corpus(config, sources=tuple(sources))  # the split does not depend on the vocabulary
-    counts = NgramCounts(config)
-    counts.add_compressed(get_tokenizer(config).token_map[corpus.train.numpy()])
+    corpus = build_corpus(config, sources=tuple(recipe["sources"]))  # the split does not depend on the vocabulary
+    counts = read_counts(config, corpus.train, recipe)
     path.parent.mkdir(parents=True, exist_ok=True)
     counts.save(path)
     return counts
@@ -94,11 +130,14 @@ def trace_memory_frame(
     return frame
 
 
-def windows_memory_frame(model, windows, counts: NgramCounts, category: str, order: int = 3) -> pd.DataFrame:
+def windows_memory_frame(
+    model, windows, counts: NgramCounts, category: str, order: int = 3, probe: dict | None = None
+) -> pd.DataFrame:
     """The frame of :func:`trace_memory_frame` for a tiny LM run over windows ``[N, T + 1]`` of raw
-    ids (each a fresh prompt; ``tiny.probe.probe_windows``), all of one ``category``; ``window``
-    replaces ``prompt``, ``loss_saved`` is the next-token loss saved by the open gates."""
-    probe = probe_windows(model, windows)
+    ids (each a fresh prompt; ``tiny.probe.probe_windows``, or its result ``probe`` when already
+    run), all of one ``category``; ``window`` replaces ``prompt``, ``loss_saved`` is the next-token
+    loss saved by the open gates."""
+    probe = probe_windows(model, windows) if probe is None else probe
     token_map = model.token_map
     saved = (probe["loss_shut"] - probe["loss_open"]).numpy()
     parts = []

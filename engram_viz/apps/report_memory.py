@@ -47,7 +47,7 @@ def memory_section(
     if lm is None:
         return {}, {}
     try:
-        counts = training_counts(lm.config)
+        counts = training_counts(lm.config, lm.provenance)
     except EngramVizError as err:
         say(f"gate-versus-memory section left out: {err}")
         return {}, {}
@@ -62,8 +62,8 @@ def memory_section(
         lambda: gate_vs_memory(summary, curve, rho, theme=theme),
         "Gate versus memory: do gates open on n-grams the model read?",
         (
-            "Left: mean gate (over streams) on text positions whose trigram occurs in the tiny LM's "
-            f"training text at least {OFTEN} times, 1-{OFTEN - 1} times or never, and on random-token "
+            "Left: mean gate (over streams) on text positions whose trigram the tiny LM read in "
+            f"training at least {OFTEN} times, 1-{OFTEN - 1} times or never, and on random-token "
             "controls, per Engram layer. Right: mean gate per bin of that training count, with the "
             "Spearman correlation of gate and log(1 + count). Tables gate_memory, gate_count_curve, "
             "loss_by_category (loss saved by the open gates, nats, per prompt category and group)."

@@ -67,6 +67,13 @@ def batch_offsets(n_tokens: int, seq_len: int, batch: int, steps: int, seed: int
     return torch.randint(0, n_tokens - seq_len - 1, (steps, batch), generator=g)
 
 
+def windows_at(stream: torch.Tensor, offsets: torch.Tensor, seq_len: int) -> torch.Tensor:
+    """The windows ``[..., seq_len + 1]`` of ``stream`` starting at ``offsets [...]``: a training
+    batch is ``windows_at(corpus.train, offsets[step], seq_len)``; the model reads ``[..., :-1]``
+    and predicts ``[..., 1:]``."""
+    return stream[offsets[..., None] + torch.arange(seq_len + 1)]
+
+
 def heldout_windows(heldout: torch.Tensor, seq_len: int, max_windows: int | None = HELDOUT_WINDOWS) -> torch.Tensor:
     """Fixed non-overlapping windows ``[N, seq_len + 1]`` of the held-out stream; with
     ``max_windows``, that many spread evenly over the stream (every source is represented)."""

@@ -126,13 +126,14 @@ def load_tiny_model(
     path = Path(path) if path is not None else DEFAULT_DIR
     if not path.is_dir():
         raise CheckpointError(f"tiny model folder {path} does not exist or is not a folder")
-    config, lm = _lm_config(path, read_tiny_config(path))
+    raw = read_tiny_config(path)
+    config, lm = _lm_config(path, raw)
     tensors = read_lm_tensors(path)
     engrams = _engram_layers(path, config, mode, device) if lm.use_engram else {}
     tok = get_tokenizer(config)
     raw_ids = tensors.get("tiny.embed.raw_ids", torch.empty(0, dtype=torch.int64))
     check_raw_ids(raw_ids, lm.vocab_rows, config.vocab_size, str(path))
-    model = TinyEngramLM(config, tok.token_map, raw_ids, lm, engrams=engrams)
+    model = TinyEngramLM(config, tok.token_map, raw_ids, lm, engrams=engrams, provenance=raw.get("training"))
     state = {k[len(LM_PREFIX) :]: v for k, v in tensors.items() if k != "tiny.embed.raw_ids"}
     own = {k: v for k, v in model.state_dict().items() if not k.startswith("engrams.")}
     if set(own) != set(state):

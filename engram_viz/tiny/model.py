@@ -139,10 +139,12 @@ class TinyEngramLM(nn.Module):
         raw_ids: torch.Tensor,
         lm: TinyLMConfig,
         engrams: dict[int, Engram] | None = None,
+        provenance: dict | None = None,
     ):
         super().__init__()
         self.config = load_config(config)
         self.lm = lm
+        self.provenance = provenance  # the ``training`` section of its config.json (recipe, seed, sources), if known
         if len(raw_ids) != lm.vocab_rows:
             raise ValueError(f"raw_ids has {len(raw_ids)} entries, expected vocab_rows={lm.vocab_rows}")
         self.token_map = np.asarray(token_map)

@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from engram_viz._files import atomic_path
 from engram_viz.core.tokenizer import get_tokenizer
-from engram_viz.tiny.data import TRAIN_SOURCES, Corpus, batch_offsets, build_corpus, heldout_windows
+from engram_viz.tiny.data import TRAIN_SOURCES, Corpus, batch_offsets, build_corpus, heldout_windows, windows_at
 from engram_viz.tiny.files import load_tiny_model, save_tiny_model, write_json
 from engram_viz.tiny.model import TinyEngramLM, TinyLMConfig, count_parameters, engram_config, gates_forced
 
@@ -117,7 +117,6 @@ def _train_steps(
     opt = _optimizer(model, settings)
     base = [g["lr"] for g in opt.param_groups]
     offsets = batch_offsets(len(corpus.train), settings.seq_len, settings.batch, settings.steps, seed)
-    span = torch.arange(settings.seq_len + 1)
     history: dict[str, list] = {"train_step": [], "train_loss": [], "eval_step": [], "eval_loss": [], "eval_shut": []}
     use_engram = model.lm.use_engram
     bar = tqdm(
@@ -130,7 +129,7 @@ def _train_steps(
         scale = lr_at(step, settings)
         for g, b in zip(opt.param_groups, base):
             g["lr"] = b * scale
-        x = corpus.train[offsets[step][:, None] + span]
+        x = windows_at(corpus.train, offsets[step], settings.seq_len)
         loss = model.loss(x)
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -3,9 +3,12 @@ the per-layer summary, the binned curve with its Spearman, and the issue's targe
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from engram_viz.analysis.counts import NgramCounts
 from engram_viz.analysis.gate_memory import (
@@ -14,9 +17,15 @@ from engram_viz.analysis.gate_memory import (
     gate_memory_summary,
     memory_group,
     memory_targets,
+    read_counts,
     sequence_counts,
     spearman,
+    training_recipe,
 )
+from engram_viz.config import load_config
+from engram_viz.core.tokenizer import get_tokenizer
+from engram_viz.errors import EngramVizError
+from engram_viz.tiny.data import batch_offsets
 
 
 def test_sequence_counts_reads_the_trigram_ending_at_each_position():
@@ -78,3 +87,29 @@ def test_summary_curve_and_targets():
     assert bool(targets.loc[1, "met"]) and not bool(targets.loc[3, "met"])
     assert targets.loc[1, "often_minus_random"] == pytest.approx(often.mean_gate - 0.3)
     assert bool(targets.loc[3, "random_highest"]) and not bool(targets.loc[1, "random_highest"])
+
+
+def test_read_counts_counts_exactly_the_windows_the_recipe_reads():
+    """Independent check: each batch window's input part, from position 0, counted in Python."""
+    config = load_config("tiny")
+    token_map = get_tokenizer(config).token_map
+    train = torch.from_numpy(np.random.default_rng(0).integers(3, 40, 400))  # few ids: n-grams repeat
+    recipe = {"seed": 3, "steps": 5, "batch": 4, "seq_len": 16}
+    want = Counter()
+    for start in batch_offsets(len(train), 16, 4, 5, 3).reshape(-1).tolist():
+        seq = token_map[train[start : start + 16].numpy()].tolist()  # the last token of a window is a target only
+        want.update(tuple(seq[i - 2 : i + 1]) for i in range(2, len(seq)))
+    counts = read_counts(config, train, recipe)
+    trigrams = {k: v for k, v in counts.as_dict().items() if len(k) == 3 and config.engram_pad_id not in k}
+    assert trigrams == dict(want)
+    assert counts.n_positions == 5 * 4 * 16
+    assert read_counts(config, train, recipe | {"steps": 1}).n_positions == 4 * 16
+
+
+def test_training_recipe_names_the_folder_when_the_section_is_missing():
+    good = {"seed": 1, "settings": {"steps": 2, "batch": 3, "seq_len": 4}, "corpus": {"sources": ["kjv"]}}
+    assert training_recipe(good, "x") == {"sources": ["kjv"], "seed": 1, "steps": 2, "batch": 3, "seq_len": 4}
+    with pytest.raises(EngramVizError, match="some/folder.*training"):
+        training_recipe(None, "some/folder")
+    with pytest.raises(EngramVizError, match="seq_len"):
+        training_recipe(good | {"settings": {"steps": 2, "batch": 3}}, "f")
