@@ -57,8 +57,9 @@ nb.provenance(trace)
 
 # %% [markdown]
 # ## Gate versus memory
-# For the tiny LM we know its training text, so each text position gets a **training count**: how
-# often the trigram ending there occurs in it. Mean gate (over the streams) per group - seen at
+# For the tiny LM we know what it read in training (the windows of its batches, from the recipe and
+# seed in its `config.json`), so each text position gets a **training count**: how often the model
+# read the trigram ending there. Mean gate (over the streams) per group - seen at
 # least 20 times, 1-19 times, never, and random-token controls - and gate against the training
 # count, with the Spearman correlation; the loss column is what the open gates save on the
 # next-token loss (gates forced to 0 minus open, nats). Other weights have no training text here:

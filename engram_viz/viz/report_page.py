@@ -59,7 +59,8 @@ def _table_html(df: pd.DataFrame, max_rows: int = 40, floatfmt: str = "{:.4g}") 
 
 _MEMORY_INTRO = (
     "Does a gate open more where the model's memory holds the n-gram? Text positions grouped by how often "
-    "their trigram occurs in the tiny LM's training text, and random-token controls (tables gate_memory, "
+    "the tiny LM read their trigram in training (its batches, not the whole training text), and random-token "
+    "controls (tables gate_memory, "
     "gate_count_curve, loss_by_category, memory_targets)."
 )
 
