@@ -49,24 +49,15 @@ class CorpusStats:
 
 def _encode(tok: Any, texts: list[str], continues: list[bool], bos: bool) -> tuple[np.ndarray, np.ndarray]:
     """One batch of document pieces -> ``(raw ids int64 [N], seq_start bool [N])``; a piece that
-    starts a document starts a sequence (with BOS first when ``bos``)."""
-    backend = tok.backend  # one parallel batch call; the fast variant skips the offsets (same ids)
-    encoded = getattr(backend, "encode_batch_fast", backend.encode_batch)(texts, add_special_tokens=False)
-    parts, starts = [], []
-    for enc, cont in zip(encoded, continues):
-        ids = enc.ids
-        if not cont and bos:
-            ids = [BOS_ID, *ids]
-        if not ids:
-            continue
-        arr = np.asarray(ids, dtype=np.int64)
-        st = np.zeros(len(arr), dtype=bool)
-        st[0] = not cont
-        parts.append(arr)
-        starts.append(st)
-    if not parts:
-        return np.empty(0, np.int64), np.empty(0, bool)
-    return np.concatenate(parts), np.concatenate(starts)
+    starts a document starts a sequence (with BOS first when ``bos``), unless it has no tokens."""
+    ids, lengths = tok.encode_batch(texts)  # one batch call (EngramTokenizer.encode_batch)
+    starts_doc = ~np.asarray(continues, dtype=bool)
+    if bos:
+        ids = np.insert(ids, (np.cumsum(lengths) - lengths)[starts_doc], BOS_ID)
+        lengths = lengths + starts_doc
+    seq_start = np.zeros(len(ids), dtype=bool)
+    seq_start[(np.cumsum(lengths) - lengths)[starts_doc & (lengths > 0)]] = True
+    return ids, seq_start
 
 
 def count_batch(

