@@ -10,10 +10,12 @@ local cluster (``workers=N``) or of an existing one (``scheduler="tcp://host:878
 - Each batch's counts are split into ``partitions`` shares by a stable hash of the n-gram key
   (``counts.key_partition``); share i is merged into partition i's running total on a worker,
   so a worker holds only the partitions it merges, never the whole corpus's keys.
-- At the end the partitions, disjoint by key, merge into one ``NgramCounts`` on the client.
+- At the end the partitions, disjoint by key, merge into one ``NgramCounts`` on the client,
+  each sent in pieces of ``PIECE_KEYS`` keys (a worker reads a piece from its spilled run), so
+  neither side holds a whole partition.
 - ``memory_limit``: a partition whose keys outgrow its share of the worker's budget spills
-  sorted runs to the worker's local directory (``spill``); a partition travels to the client as
-  arrays, and the client's accumulator may spill under its own limit.
+  sorted runs to the worker's local directory (``spill``); the client's accumulator may spill
+  under its own limit.
 
 Tasks carry their inputs, so a worker that dies loses nothing: the scheduler reruns its tasks
 elsewhere (``retries`` more for errors), and the counts stay exact. At most ``2 * workers``
@@ -37,6 +39,7 @@ from engram_viz.analysis.documents import CorpusError, iter_documents
 from engram_viz.config import EngramConfig
 
 RETRIES = 3  # extra tries of a task that raised (a lost worker's tasks are rerun regardless)
+PIECE_KEYS = 1 << 22  # keys per piece of a partition sent to the client at the end (64 MiB)
 
 
 @contextmanager
@@ -108,6 +111,42 @@ def _merge(total: NgramCounts | None, part: NgramCounts, memory_limit: int | Non
     return total.merge(part)
 
 
+def _layout(total: NgramCounts) -> tuple[int, int, list[tuple[int, int, int]]]:
+    """On a worker: a partition's position totals and ``(order, group, keys)`` of each group (a
+    spilled group is merged into one run on the worker's disk here)."""
+    return total.n_positions, total.n_masked, [(n, g, len(lo)) for n in total.orders for g, lo, _ in total.groups(n)]
+
+
+def _piece(total: NgramCounts, order: int, group: int, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+    """On a worker: keys ``start:stop`` of one group of a partition, with their counts (copies)."""
+    for g, lo, counts in total.groups(order):
+        if g == group:
+            return np.array(lo[start:stop]), np.array(counts[start:stop])
+    raise KeyError(f"partition has no group {group} of order {order}")
+
+
+def _gather(client: Any, totals: list[Any], counts: NgramCounts) -> None:
+    """Merge the partitions into ``counts`` in pieces of at most ``PIECE_KEYS`` keys, a few in
+    flight, so neither a worker nor the client ever holds a whole partition at once."""
+    specs = []
+    for total in totals:
+        if total is None:
+            continue
+        positions, masked, groups = client.submit(_layout, total, pure=False).result()
+        counts.n_positions += positions
+        counts.n_masked += masked
+        for n, g, size in groups:
+            specs += [(total, n, g, a, min(a + PIECE_KEYS, size)) for a in range(0, size, PIECE_KEYS)]
+    pending: list[tuple[int, int, Any]] = []
+    for spec in specs:
+        pending.append((spec[1], spec[2], client.submit(_piece, *spec, pure=False, retries=RETRIES)))
+        if len(pending) > 2:
+            n, g, fut = pending.pop(0)
+            counts.add_sorted(n, g, *fut.result())
+    for n, g, fut in pending:
+        counts.add_sorted(n, g, *fut.result())
+
+
 def count_corpus_dask(
     client: Any,
     files: list[Path],
@@ -166,9 +205,7 @@ def count_corpus_dask(
         wait([t for t in totals if t is not None])
         if counts is None:
             counts = NgramCounts(cfg, int(tok.token_map[cfg.engram_pad_id]))  # as count_corpus
-        for total in totals:
-            if total is not None:
-                counts.merge(total.result())
+        _gather(client, totals, counts)
     finally:
         bar.close()
     stats = CorpusStats(counts, raw_counts, records, tokens, documents, False)

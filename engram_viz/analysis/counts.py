@@ -118,15 +118,21 @@ class NgramCounts:
             self._pending[n] = {}
         self._pending_size = 0
 
+    def add_sorted(self, order: int, group: int, lo: np.ndarray, counts: np.ndarray) -> None:
+        """Add keys of one order and group, sorted and unique as :meth:`groups` yields them
+        (``lo`` uint64 ``[U]``, ``counts`` int64 ``[U]``); positions are not counted here."""
+        self._pending[order].setdefault(group, []).append((lo, counts))
+        self._pending_size += len(lo)
+        self.version += 1
+        self._settle()
+
     def merge(self, other: NgramCounts) -> NgramCounts:
         """Add ``other``'s counts into this one (in place); returns self."""
         if other.config.engram_max_ngram_size != self.config.engram_max_ngram_size:
             raise ValueError("cannot merge n-gram counts of different max n-gram sizes")
         for n in self.orders:
             for g, lo, c in other.groups(n):
-                self._pending[n].setdefault(g, []).append((lo, c))
-                self._pending_size += len(lo)
-                self._settle()
+                self.add_sorted(n, g, lo, c)
         self.n_positions += other.n_positions
         self.n_masked += other.n_masked
         self.version += 1

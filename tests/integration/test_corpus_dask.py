@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from engram_viz.analysis import corpus_engine
 from engram_viz.analysis.corpus import run_corpus
 from engram_viz.analysis.corpus_counts import count_corpus
 from engram_viz.analysis.corpus_engine import count_corpus_dask, dask_client
@@ -50,6 +51,18 @@ def test_two_workers_count_exactly_one_process(corpus_files, v41_config, tokeniz
     assert two.counts == one.counts  # every key and count, every order, and the position totals
     assert np.array_equal(two.raw_counts, one.raw_counts)
     assert (two.tokens, two.documents, two.files) == (one.tokens, one.documents, one.files)
+
+
+def test_partitions_reach_the_client_in_pieces(corpus_files, v41_config, tokenizer, monkeypatch):
+    """Partitions of many more keys than a piece, spilled on the workers: still exactly one process's counts."""
+    one = count_corpus(corpus_files, v41_config, tokenizer, progress=False)
+    monkeypatch.setattr(corpus_engine, "PIECE_KEYS", 3)
+    with dask_client(workers=2, processes=False) as client:
+        two = count_corpus_dask(
+            client, corpus_files, v41_config, tokenizer, batch_chars=2000, progress=False, memory_limit=4000
+        )
+    assert min(one.counts.n_distinct(n) for n in v41_config.ngram_orders) > 3 * 3 * 4  # over 3 pieces a group (4 partitions)
+    assert two.counts == one.counts
 
 
 def test_two_worker_tables_byte_identical(corpus_files, v41_config, tokenizer, tmp_path):
