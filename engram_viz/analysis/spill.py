@@ -6,7 +6,8 @@ A *run* is one sorted, duplicate-free array of packed keys ``lo`` (uint64) with 
 accumulator's distinct keys outgrow its memory budget it writes its whole in-memory store as one
 run per (order, group) and starts empty again; reading merges every run of an (order, group)
 (plus what is still in memory) in one streaming k-way pass into a single run, read back
-memory-mapped. The merge takes, from every run, the keys up to the smallest of the runs' chunk
+memory-mapped. The pass reads its input runs by plain file reads (``FileArray``), so pages it
+has passed do not stay mapped (and counted in the resident memory) until it ends. The merge takes, from every run, the keys up to the smallest of the runs' chunk
 ends, so each step holds about ``chunk`` keys per run; equal keys sum their counts. The result is
 exactly the in-memory ``merge_sorted`` of all the runs: tables come out byte-identical.
 
@@ -86,10 +87,46 @@ class Run:
         counts = np.memmap(self.stem.with_suffix(".counts"), np.int64, "r", shape=(self.length,))
         return np.asarray(keys), np.asarray(counts)
 
+    def readers(self) -> tuple[FileArray, FileArray]:
+        """``(keys, counts)`` read by slices as the merge advances (nothing stays mapped)."""
+        return FileArray(self.stem.with_suffix(".keys"), np.uint64, self.length), FileArray(
+            self.stem.with_suffix(".counts"), np.int64, self.length
+        )
 
-def external_merge(runs: list[tuple[np.ndarray, np.ndarray]], chunk: int, write) -> int:
-    """Stream the k-way merge of sorted unique runs into ``write(keys, counts)`` in key order,
-    about ``chunk`` keys per run per step; returns the number of keys written."""
+
+@dataclass
+class FileArray:
+    """A raw binary array on disk, read by index or slice (step 1) with plain file reads: what a
+    merge has read does not stay mapped in the process, so its resident memory is its chunks,
+    not every run it has passed through (as with memory-mapped runs)."""
+
+    path: Path
+    dtype: type
+    length: int
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int | slice) -> np.ndarray:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(self.length)
+            if step != 1:
+                raise ValueError("FileArray reads contiguous slices only")
+        else:
+            start = index + self.length if index < 0 else index
+            if not 0 <= start < self.length:
+                raise IndexError(f"index {index} out of range for {self.length} items")
+            stop = start + 1
+        size = np.dtype(self.dtype).itemsize
+        with self.path.open("rb") as fh:
+            out = np.fromfile(fh, self.dtype, max(0, stop - start), offset=start * size)
+        return out if isinstance(index, slice) else out[0]
+
+
+def external_merge(runs: list[tuple], chunk: int, write) -> int:
+    """Stream the k-way merge of sorted unique runs (arrays, or ``FileArray`` pairs read as the
+    merge advances) into ``write(keys, counts)`` in key order, about ``chunk`` keys per run per
+    step; returns the number of keys written."""
     pos, total = [0] * len(runs), 0
     while True:
         live = [i for i, (k, _) in enumerate(runs) if pos[i] < len(k)]
@@ -100,9 +137,9 @@ def external_merge(runs: list[tuple[np.ndarray, np.ndarray]], chunk: int, write)
         for i in live:
             keys, counts = runs[i]
             window = keys[pos[i] : pos[i] + chunk]
-            end = pos[i] + int(np.searchsorted(window, cutoff, side="right"))  # later keys are > cutoff
-            parts.append((np.array(keys[pos[i] : end]), np.array(counts[pos[i] : end])))
-            pos[i] = end
+            take = int(np.searchsorted(window, cutoff, side="right"))  # later keys are > cutoff
+            parts.append((np.array(window[:take]), np.array(counts[pos[i] : pos[i] + take])))
+            pos[i] += take
         keys, counts = merge_sorted(parts)
         write(keys, counts)
         total += len(keys)
@@ -142,10 +179,11 @@ class SpillStore:
         """Every run of ``(order, group)`` plus ``extra`` (in memory) merged into one run, which
         replaces them: ``(keys, counts)`` memory-mapped."""
         old = self.runs.pop((order, group), [])
-        parts = [r.arrays() for r in old] + ([extra] if extra is not None and len(extra[0]) else [])
-        if len(old) == 1 and len(parts) == 1:
+        extra = [extra] if extra is not None and len(extra[0]) else []
+        if len(old) == 1 and not extra:
             self.runs[(order, group)] = old
-            return parts[0]
+            return old[0].arrays()
+        parts = [r.readers() for r in old] + extra
         stem = self._stem()
         chunk = max(MIN_CHUNK, self.chunk_bytes // (KEY_BYTES * max(1, len(parts))))
         with atomic_writer(stem.with_suffix(".keys")) as fk, atomic_writer(stem.with_suffix(".counts")) as fc:

@@ -9,7 +9,14 @@ import pytest
 from _brute import random_sequences
 
 from engram_viz.analysis.counts import NgramCounts
-from engram_viz.analysis.spill import MemoryLimitError, SpillStore, external_merge, merge_sorted, parse_memory_limit
+from engram_viz.analysis.spill import (
+    FileArray,
+    MemoryLimitError,
+    SpillStore,
+    external_merge,
+    merge_sorted,
+    parse_memory_limit,
+)
 from engram_viz.config import load_config
 
 
@@ -29,6 +36,42 @@ def test_external_merge_equals_in_memory_merge(chunk):
     assert total == len(want_keys)
     assert np.array_equal(keys, want_keys) and np.array_equal(counts, want_counts)
     assert np.all(keys[1:] > keys[:-1])  # each key once, in order
+
+
+def _on_disk(tmp_path, i, keys, counts):
+    """A run written as raw files and read back as ``FileArray`` pairs."""
+    keys.tofile(tmp_path / f"{i}.keys")
+    counts.tofile(tmp_path / f"{i}.counts")
+    return FileArray(tmp_path / f"{i}.keys", np.uint64, len(keys)), FileArray(
+        tmp_path / f"{i}.counts", np.int64, len(keys)
+    )
+
+
+def test_file_array_reads_like_the_array(tmp_path):
+    a = np.arange(10, 30, dtype=np.int64) * 3
+    a.tofile(tmp_path / "a.bin")
+    f = FileArray(tmp_path / "a.bin", np.int64, len(a))
+    assert len(f) == 20 and f[0] == 30 and f[-1] == a[-1] and f[7] == a[7]
+    for sl in (slice(0, 20), slice(3, 9), slice(15, 40), slice(5, 5), slice(-4, None), slice(None, 2)):
+        got = f[sl]
+        assert got.dtype == np.int64 and np.array_equal(got, a[sl])
+    with pytest.raises(IndexError):
+        f[20]
+    with pytest.raises(ValueError, match="contiguous"):
+        f[::2]
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 10_000])
+def test_external_merge_of_runs_on_disk_equals_in_memory_merge(tmp_path, chunk):
+    rng = np.random.default_rng(chunk)
+    runs = [_run(rng, n, 900) for n in (0, 5, 300, 800)]
+    on_disk = [_on_disk(tmp_path, i, k, c) for i, (k, c) in enumerate(runs[:3])] + runs[3:]  # mixed, as merged() does
+    out = []
+    total = external_merge(on_disk, chunk, lambda k, c: out.append((k, c)))
+    want_keys, want_counts = merge_sorted(runs)
+    assert total == len(want_keys)
+    assert np.array_equal(np.concatenate([k for k, _ in out]), want_keys)
+    assert np.array_equal(np.concatenate([c for _, c in out]), want_counts)
 
 
 def test_spill_store_merges_runs_and_cleans_up(tmp_path):
