@@ -1,4 +1,4 @@
-"""Lazy vs in-memory gather of the same table rows, side by side in one run.
+"""Lazy (memory-mapped and pread) vs in-memory gather of the same table rows, side by side in one run.
 
     python benchmarks/row_gather.py [--rows 2000000] [--tokens 4096] [--reps 5] [--warm-prompts 16]
 
@@ -8,19 +8,23 @@ folder, then gathers the rows of ``--tokens``-token prompts (tokens x 24 ids) of
 - ``real text``: the row ids of one Engram layer for consecutive prompts of the default corpus
   (tokenizer + hash of v41-flash; Zipf-like: frequent n-grams come back), folded into the table's
   rows (id mod rows) for the table file, as they are for the full-size table;
-- ``uniform``: uniformly random ids (the worst case for a cache).
+- ``uniform``: uniformly random ids.
 
 Every rep gathers a NEW prompt (the same ids for every variant, rows asserted identical), after
-``--warm-prompts`` earlier prompts went through each lazy table: a cache never sees the measured
-ids before (no repeated-prompt flattery). Backings: (a) an ``InMemoryTable`` holding the whole
-file; (b) ``LazyTable`` with pread, with a ``RowCache`` of ``CACHE_MB`` and without one (the
-default): warm (file in the page cache) and cold (pages dropped with posix_fadvise
-before each gather). Reps are interleaved so machine noise hits every variant alike; the figure is
-the median and the ratio to in-memory. Resident memory: what each backing holds, the peak growth
-during one gather (VmHWM). Last, both kinds from a full-size sparse table (384,016,682 rows, 101 GB
-logical, no disk), which no in-memory backing can hold: its time is set beside the in-memory
-gather of the same number of ids of that kind from the table file (a proxy, labelled so).
-Machines here are shared: read ratios, not absolute times.
+``--warm-prompts`` earlier prompts went through each lazy table. Backings: (a) an ``InMemoryTable``
+holding the whole file; (b) ``LazyTable``, whose rows are memory mapped (``weights/row_map.py``,
+mapped pages under its ``MAP_BUDGET_BYTES`` budget, the pages of every map dropped when it is
+spent); (c) the ``pread`` engine it replaced (``LazyRows`` as of commit ``PREAD_COMMIT``, loaded
+from git: coalesced ``os.preadv`` calls, threaded), as a ``LazyTable``'s rows. Lazy backings run
+warm (file in the page cache) and cold (every map's pages dropped, then the file's pages with
+posix_fadvise, before each gather). Reps are interleaved so machine noise hits every variant alike;
+the figure is the median and the ratio to in-memory. Resident memory: what each backing holds, the
+peak growth during one gather (VmHWM). Last, both kinds from a full-size sparse table (384,016,682
+rows, 101 GB logical, no disk), which no in-memory backing can hold: its time is set beside the
+in-memory gather of the same number of ids of that kind from the table file (a proxy, labelled
+so), and its resident growth is the peak over all reps above the resident memory before the first
+(mapped pages stay mapped between gathers until the budget is spent). Machines here are shared:
+read ratios, not absolute times.
 """
 
 from __future__ import annotations
@@ -39,12 +43,23 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engram_viz.weights.safetensors import create_sparse_safetensors, read_tensor
+from mmap_rows import BUDGET, MAP_BUDGET_BYTES, MappedRows
+
+from engram_viz.weights.safetensors import create_sparse_safetensors, read_safetensors_header, read_tensor
 from engram_viz.weights.tables import InMemoryTable, LazyTable
 
 HEAD_DIM, V41_ROWS = 256, 384_016_682
 W, S = "layers.14.engram.embed.weight", "layers.14.engram.embed.scale"
 CACHE_MB = 64  # the hot-row cache measured (LazyTable's default is no cache)
+
+
+def open_table(path: Path, engine: str) -> LazyTable:
+    """A ``LazyTable`` over the file: ``pread`` (the library's), ``pread cache`` (with a ``CACHE_MB`` hot-row
+    cache) or ``mmap`` (``mmap_rows.MappedRows``, the experiment)."""
+    if engine == "mmap":
+        tensors = read_safetensors_header(path).tensors
+        return LazyTable(MappedRows(tensors[W]), MappedRows(tensors[S]))
+    return LazyTable.open(path, W, S, cache_mb=CACHE_MB if engine == "pread cache" else 0)
 
 
 def rss() -> int:
@@ -127,7 +142,7 @@ def real_text_ids(n_prompts: int, tokens: int) -> np.ndarray:
 
     cfg = load_config("v41-flash")
     tok = get_tokenizer(cfg)
-    ids, starts, _ = tokenize_default_corpus(tok)
+    ids, starts, _ = tokenize_default_corpus(cfg)
     n = n_prompts * tokens
     rows = rows_from_windows(EngramLayout(cfg), StreamWindows(cfg, tok.token_map)(ids[:n], starts[:n]))
     return rows[:, 0, :].reshape(n_prompts, tokens, -1)
@@ -137,11 +152,10 @@ def raw_bytes(pair) -> tuple[torch.Tensor, torch.Tensor]:
     return tuple(t.view(torch.uint8) for t in pair)
 
 
-def warm_up(tables, prompts) -> None:
-    for table in tables:
-        for p in prompts:
-            table.gather_fp8(p)
-        table.cache.hits = table.cache.lookups = 0
+def cold(path: Path) -> None:
+    """Nothing of the file resident: every map's pages dropped (mapped pages are not evicted), then the file's."""
+    BUDGET.reset()
+    drop_cache(path)
 
 
 def warm_file(path: Path) -> None:
@@ -151,51 +165,62 @@ def warm_file(path: Path) -> None:
             pass
 
 
-def check_same(kind: str, tables: dict, p: torch.Tensor, want) -> None:
-    """Rows of every lazy table equal the in-memory ones (the check's own cache hits not counted)."""
-    for name, table in tables.items():
-        counts = table.cache.hits, table.cache.lookups
-        got = raw_bytes(table.gather_fp8(p))
-        table.cache.hits, table.cache.lookups = counts
-        assert all(torch.equal(a, b) for a, b in zip(got, want)), f"{kind}: lazy {name} rows differ"
+VARIANTS = (  # (backing, op, table, cold before?); a table's engine is its name's first word(s)
+    ("in-memory", "gather_fp8", "mem", False),
+    ("lazy mmap warm", "gather_fp8", "mmap warm", False),
+    ("lazy pread warm", "gather_fp8", "pread warm", False),
+    ("lazy pread warm, cache", "gather_fp8", "pread cache warm", False),
+    ("in-memory", "lookup bf16", "mem", False),
+    ("lazy mmap warm", "lookup bf16", "mmap bf16", False),
+    ("lazy pread warm", "lookup bf16", "pread bf16", False),
+    ("lazy mmap cold", "gather_fp8", "mmap cold", True),
+    ("lazy pread cold", "gather_fp8", "pread cold", True),
+)
 
 
 def run_kind(kind: str, prompts: torch.Tensor, args, path: Path, mem, rows_note: str) -> dict:
     """Interleaved reps over new prompts: every variant gathers prompt ``warm + rep``; medians printed.
-    Each variant has its own lazy table (its own cache); warm variants run with the whole file in
-    the page cache, cold ones after dropping it."""
-    names = ("warm, cache", "warm, no cache", "cold, cache", "cold, no cache", "bf16, cache")
-    lazies = {n: LazyTable.open(path, W, S, cache_mb=0 if "no cache" in n else CACHE_MB) for n in names}
-    warm_up(lazies.values(), prompts[: args.warm_prompts])
-    mem.gather_fp8(prompts[0])
-    cold = lambda: drop_cache(path)
-    variants = {
-        ("in-memory", "gather_fp8"): (lambda p: mem.gather_fp8(p), None),
-        ("lazy warm, cache", "gather_fp8"): (lambda p: lazies["warm, cache"].gather_fp8(p), None),
-        ("lazy warm, no cache", "gather_fp8"): (lambda p: lazies["warm, no cache"].gather_fp8(p), None),
-        ("in-memory", "lookup bf16"): (lambda p: mem(p), None),
-        ("lazy warm, cache", "lookup bf16"): (lambda p: lazies["bf16, cache"](p), None),
-        ("lazy cold, cache", "gather_fp8"): (lambda p: lazies["cold, cache"].gather_fp8(p), cold),
-        ("lazy cold, no cache", "gather_fp8"): (lambda p: lazies["cold, no cache"].gather_fp8(p), cold),
-    }
-    times = {k: [] for k in variants}
-    grows = {k: [] for k in variants}
+    Each variant has its own lazy table; warm variants run with the whole file in the page cache,
+    cold ones after dropping it."""
+    tables = {"mem": mem}
+    for _, _, name, _ in VARIANTS:
+        if name != "mem":
+            tables[name] = open_table(path, name.rsplit(" ", 1)[0])
+    for name, table in tables.items():
+        for p in prompts[: args.warm_prompts]:
+            table.gather_fp8(p)
+    cache = tables["pread cache warm"].cache
+    cache.hits = cache.lookups = 0
+    times = {v[:2]: [] for v in VARIANTS}
+    grows = {v[:2]: [] for v in VARIANTS}
+    resets = 0
     for rep in range(args.reps):
         p = prompts[args.warm_prompts + rep]
         warm_file(path)
-        for k, (fn, before) in variants.items():
-            dt, grow = timed(lambda fn=fn, p=p: fn(p), before)
-            times[k].append(dt)
-            grows[k].append(grow)
+        for backing, op, name, is_cold in VARIANTS:
+            table = tables[name]
+            fn = (lambda t=table, p=p: t.gather_fp8(p)) if op == "gather_fp8" else (lambda t=table, p=p: t(p))
+            before = BUDGET.resets
+            dt, grow = timed(fn, (lambda: cold(path)) if is_cold else None)
+            if name == "mmap warm":
+                resets += BUDGET.resets - before
+            times[(backing, op)].append(dt)
+            grows[(backing, op)].append(grow)
         warm_file(path)
-        check_same(kind, lazies, p, raw_bytes(mem.gather_fp8(p)))
+        want = raw_bytes(mem.gather_fp8(p))
+        counts = cache.hits, cache.lookups  # the check's own cache hits not counted
+        for name, table in tables.items():
+            got = raw_bytes(table.gather_fp8(p))
+            assert all(torch.equal(a, b) for a, b in zip(got, want)), f"{kind}: {name} rows differ"
+        cache.hits, cache.lookups = counts
     ref = {op: statistics.median(times[("in-memory", op)]) for op in ("gather_fp8", "lookup bf16")}
     n_ids = prompts[0].numel()
     uniq = statistics.mean(len(torch.unique(prompts[args.warm_prompts + r])) for r in range(args.reps))
     print(
         f"## {kind} ids ({rows_note}): {n_ids:,} ids a prompt ({uniq:,.0f} unique on average), "
-        f"a new prompt each rep after {args.warm_prompts} warm-up prompts; cache hit rate of the timed warm "
-        f"gathers {lazies['warm, cache'].cache.hit_rate:.1%} of unique rows ({CACHE_MB} MB cache)"
+        f"a new prompt each rep after {args.warm_prompts} warm-up prompts; the mapped-page budget "
+        f"({MAP_BUDGET_BYTES / 2**20:.0f} MB) was spent {resets / args.reps:.1f} times per warm mmap gather; "
+        f"the {CACHE_MB} MB hot-row cache hit {cache.hit_rate:.1%} of the unique rows of its timed gathers"
     )
     print(f"{'backing':<22} {'op':<12} {'median ms':>10} {'x in-memory':>12} {'M ids/s':>8} {'peak RSS growth':>16}")
     for (backing, op), ts in times.items():
@@ -209,27 +234,34 @@ def run_kind(kind: str, prompts: torch.Tensor, args, path: Path, mem, rows_note:
 
 
 def full_size(tmp: str, kind: str, prompts: torch.Tensor, args, mem_ref: float) -> None:
-    """Both lazy variants on the full-size sparse table, new prompts after the warm-up ones."""
+    """Both engines on the full-size sparse table, new prompts after the warm-up ones; each engine's
+    peak resident growth over all its reps, from before its first timed gather."""
     full = Path(tmp) / "full.safetensors"
     if not full.exists():
         create_sparse_safetensors(full, {W: ("F8_E4M3", (V41_ROWS, HEAD_DIM)), S: ("F8_E8M0", (V41_ROWS, 8))})
-    tables = {"cache": LazyTable.open(full, W, S, cache_mb=CACHE_MB), "nocache": LazyTable.open(full, W, S, cache_mb=0)}
-    warm_up(tables.values(), prompts[: args.warm_prompts])
-    pager = LazyTable.open(full, W, S, cache_mb=0)
-    res = {name: [] for name in tables}
-    for rep in range(args.reps):
-        p = prompts[args.warm_prompts + rep]
-        pager.gather_fp8(p)  # the prompt's pages into the page cache (holes are read as zero pages once)
-        for name, table in tables.items():
-            res[name].append(timed(lambda table=table, p=p: table.gather_fp8(p)))
-    for name, r in res.items():
-        med = statistics.median(x[0] for x in r)
-        hit = f", cache hit rate {tables[name].cache.hit_rate:.1%}" if name == "cache" else ""
+    pager = open_table(full, "pread")
+    for engine in ("mmap", "pread"):
+        table = open_table(full, engine)
+        for p in prompts[: args.warm_prompts]:
+            table.gather_fp8(p)
+        BUDGET.reset()
+        times = []
+        base = rss()
+        have_peak = reset_peak()
+        for rep in range(args.reps):
+            p = prompts[args.warm_prompts + rep]
+            pager.gather_fp8(p)  # the prompt's pages into the page cache (holes are read as zero pages once)
+            t = time.perf_counter()
+            table.gather_fp8(p)
+            times.append(time.perf_counter() - t)
+        grow = (peak() if have_peak else rss()) - base
+        med = statistics.median(times)
         print(
-            f"  {kind:<9} lazy {name:<8} gather_fp8 median {med * 1e3:6.1f} ms = {med / mem_ref:5.2f}x the in-memory "
-            f"gather of as many {kind} ids from the table file (proxy); peak RSS growth "
-            f"{max(x[1] for x in r) / 2**20:.0f} MB{hit}"
+            f"  {kind:<9} lazy {engine:<5} gather_fp8 median {med * 1e3:6.1f} ms = {med / mem_ref:5.2f}x the in-memory "
+            f"gather of as many {kind} ids from the table file (proxy); peak RSS growth over the {args.reps} reps "
+            f"{grow / 2**20:.0f} MB"
         )
+        del table
 
 
 def main() -> None:
@@ -279,12 +311,13 @@ def main() -> None:
             refs[kind] = run_kind(kind, small, args, path, mem, note)
         print(
             f"resident memory held by the table: in-memory {mem_held / 2**20:,.0f} MB, lazy {lazy_held / 2**20:,.1f} MB "
-            f"(+ up to {CACHE_MB} MB of cached rows)"
+            f"(+ up to {MAP_BUDGET_BYTES / 2**20:.0f} MB of mapped pages, for every mapped table together)"
         )
         del mem, lazy
+        BUDGET.reset()
         print(
             f"\nfull-size sparse table ({V41_ROWS:,} x {HEAD_DIM}, {V41_ROWS * HEAD_DIM * 33 / 32 / 1e9:.1f} GB logical, "
-            "no disk; an in-memory table would need that much):"
+            "no disk; an in-memory table would need that much; pages brought in by pread before each timed gather):"
         )
         for kind, (_, big, _) in kinds.items():
             full_size(tmp, kind, big, args, refs[kind]["gather_fp8"])
