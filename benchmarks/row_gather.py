@@ -12,10 +12,10 @@ folder, then gathers the rows of ``--tokens``-token prompts (tokens x 24 ids) of
 
 Every rep gathers a NEW prompt (the same ids for every variant, rows asserted identical), after
 ``--warm-prompts`` earlier prompts went through each lazy table. Backings: (a) an ``InMemoryTable``
-holding the whole file; (b) ``LazyTable``, whose rows are memory mapped (``weights/row_map.py``,
-mapped pages under its ``MAP_BUDGET_BYTES`` budget, the pages of every map dropped when it is
-spent); (c) the ``pread`` engine it replaced (``LazyRows`` as of commit ``PREAD_COMMIT``, loaded
-from git: coalesced ``os.preadv`` calls, threaded), as a ``LazyTable``'s rows. Lazy backings run
+holding the whole file; (b) ``LazyTable`` as the library opens it (``LazyRows``: coalesced
+``os.preadv`` calls, threaded), without and with a ``RowCache`` of ``CACHE_MB`` (warm only); (c) a
+``LazyTable`` over ``mmap_rows.MappedRows``, the memory-mapped experiment (mapped pages under its
+``MAP_BUDGET_BYTES`` budget, the pages of every map dropped when it is spent). Lazy backings run
 warm (file in the page cache) and cold (every map's pages dropped, then the file's pages with
 posix_fadvise, before each gather). Reps are interleaved so machine noise hits every variant alike;
 the figure is the median and the ratio to in-memory. Resident memory: what each backing holds, the
