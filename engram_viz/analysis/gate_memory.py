@@ -112,7 +112,7 @@ def trace_memory_frame(
     trace: Trace, counts: NgramCounts, order: int = 3, loss_saved: np.ndarray | None = None
 ) -> pd.DataFrame:
     """One row per (text position, layer) of a Trace: prompt, category, position, token, layer,
-    gate (mean over the streams), count (training count of the ``order``-gram ending there), group,
+    gate (mean over the streams), count (times the model read the ``order``-gram ending there in training), group,
     and ``loss_saved`` when given (``[B, T]``, nats: loss with the gates shut minus open)."""
     gates = trace.gates.float().mean(-1).numpy()  # [B, T, L]
     parts = []

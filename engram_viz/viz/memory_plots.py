@@ -55,7 +55,7 @@ def gate_vs_memory(
             label = f"layer {layer} (Spearman {rho.get(layer, float('nan')):.2f})"
             right.plot(xs, c["mean_gate"], "o-", ms=3, color=t.palette[i % len(t.palette)], label=label)
         right.set_xticks(range(len(bins)), [str(b) for b in bins])
-        right.set_xlabel("training count of the position's trigram")
+        right.set_xlabel("times the model read the position's trigram in training")
         right.set_ylim(0, 1)
         right.set_title("gate vs training count", loc="left")
         right.grid(alpha=0.3)
