@@ -36,7 +36,7 @@ class TrainSettings:
     batch: int = 16
     seq_len: int = 128
     lr: float = 5e-3
-    table_lr: float = 1e-2
+    table_lr: float = 3e-2
     warmup: int = 30
     weight_decay: float = 0.01
     eval_every: int = 100
