@@ -80,8 +80,11 @@ def _layer_frames(pipeline, p, layer, inputs, index, pieces) -> tuple[pd.DataFra
     for o in orders:  # one variant per order: all its colliding heads out, position by position
         masks = torch.cat([masks, torch.from_numpy(coll & (slot_order == o))[None]])
     gate, value = rows_out(engram, inputs, masks)
-    d_gate = (gate[1:] - gate[:1]).abs().mean(-1).numpy()  # [V-1, T]
-    d_value = (value[1:] - value[:1]).norm(dim=-1).numpy()
+    # a position whose rows a variant leaves alone is unchanged by definition: exactly 0 there
+    # (the batched re-run may reduce another batch row in another order, a last-bit difference)
+    touched = masks[1:].any(-1)  # [V-1, T]
+    d_gate = torch.where(touched, (gate[1:] - gate[:1]).abs().mean(-1), 0.0).numpy()  # [V-1, T]
+    d_value = torch.where(touched, (value[1:] - value[:1]).norm(dim=-1), 0.0).numpy()
     slots = np.arange(n_slots)
     heads_frame = pd.DataFrame(
         {
