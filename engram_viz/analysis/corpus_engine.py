@@ -4,9 +4,12 @@
 of ``count_corpus`` (same counts, raw counts, per-file records), spread over the workers of a
 local cluster (``workers=N``) or of an existing one (``scheduler="tcp://host:8786"``):
 
-- The client reads the files into batches of whole documents (about ``batch_chars`` characters,
-  cut only where a document starts, so no hash window crosses a batch) and submits each batch
-  as a task: tokenize, cut windows, count (``corpus_counts.count_batch``).
+- The client cuts each file into batches of whole documents (about ``batch_chars`` bytes, cut
+  only where a document starts, so no hash window crosses a batch: ``documents.document_spans``)
+  and submits each batch as a task that names its bytes, not their text: read, tokenize, cut
+  windows, count (``corpus_counts.count_batch``). So the workers must see the files at the same
+  paths (one machine, or a shared file system). A gzipped file cannot be read from the middle:
+  its batches carry their text (about ``batch_chars`` characters), read by the client.
 - Each batch's counts are split into ``partitions`` shares by a stable hash of the n-gram key
   (``counts.key_partition``); share i is merged into partition i's running total on a worker,
   so a worker holds only the partitions it merges, never the whole corpus's keys.
@@ -17,9 +20,11 @@ local cluster (``workers=N``) or of an existing one (``scheduler="tcp://host:878
   sorted runs to the worker's local directory (``spill``); the client's accumulator may spill
   under its own limit.
 
-Tasks carry their inputs, so a worker that dies loses nothing: the scheduler reruns its tasks
-elsewhere (``retries`` more for errors), and the counts stay exact. At most ``2 * workers``
-batches are in flight, so the client's memory stays bounded by a few batches.
+Tasks carry (or name) their inputs, so a worker that dies loses nothing: the scheduler reruns its
+tasks elsewhere (``retries`` more for errors), and the counts stay exact. The scheduler keeps every
+finished task of a partition's merge chain for that (a lost partition is recomputed from its
+first batch on): a few hundred bytes per batch, as the tasks name their bytes. At most
+``2 * workers`` batches are in flight, so the client's memory stays bounded by a few batches.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from tqdm.auto import tqdm
 
 from engram_viz.analysis.corpus_counts import CorpusStats, count_batch, file_record
 from engram_viz.analysis.counts import NgramCounts
-from engram_viz.analysis.documents import CorpusError, iter_documents
+from engram_viz.analysis.documents import CorpusError, Span, document_spans, iter_documents, iter_span_documents
 from engram_viz.config import EngramConfig
 
 RETRIES = 3  # extra tries of a task that raised (a lost worker's tasks are rerun regardless)
@@ -65,32 +70,40 @@ def dask_client(workers: int | None = None, scheduler: str | None = None, proces
         yield client
 
 
-def _batches(files: list[Path], text_field: str, doc_mode: str, max_doc_chars: int, batch_chars: int) -> Iterator:
-    """``(file index, texts, continues, documents)`` batches of whole documents, in order."""
+def _batches(files: list[Path], doc_args: tuple, batch_chars: int) -> Iterator[tuple[int, Any]]:
+    """``(file index, batch)`` in order: a batch is a :class:`~documents.Span` of a plain file, or
+    the ``(texts, continues)`` of whole documents of a gzipped one."""
     for fi, path in enumerate(files):
-        texts, continues, size, docs, first = [], [], 0, 0, True
-        for text, cont in iter_documents(path, text_field, doc_mode, max_doc_chars):
-            cont = cont and not first  # a file always starts a sequence
-            first = False
+        if not path.name.lower().endswith(".gz"):
+            yield from ((fi, span) for span in document_spans(path, doc_args[1], batch_chars))
+            continue
+        texts, continues, size = [], [], 0
+        for text, cont in iter_documents(path, *doc_args):
             if not cont and size >= batch_chars:  # cut only where a document starts
-                yield fi, texts, continues, docs
-                texts, continues, size, docs = [], [], 0, 0
+                yield fi, (texts, continues)
+                texts, continues, size = [], [], 0
             texts.append(text)
             continues.append(cont)
             size += len(text)
-            docs += not cont
         if texts:
-            yield fi, texts, continues, docs
+            yield fi, (texts, continues)
 
 
-def _task(texts, continues, config, tok, bos, partitions):
-    """On a worker: count one batch, split its counts into ``partitions`` shares."""
+def _task(batch, doc_args, config, tok, bos, partitions):
+    """On a worker: read and count one batch, split its counts into ``partitions`` shares."""
+    if isinstance(batch, Span):
+        texts, continues = [], []
+        for text, cont in iter_span_documents(batch, *doc_args):
+            texts.append(text)
+            continues.append(cont)
+    else:
+        texts, continues = batch
     counts, raw, tokens = count_batch(texts, continues, config, tok, bos)
-    return counts.split(partitions), raw, tokens
+    return counts.split(partitions), raw, tokens, continues.count(False)
 
 
 def _meta(result):
-    return result[1], result[2]
+    return result[1:]
 
 
 def _share(result, i):
@@ -181,19 +194,20 @@ def count_corpus_dask(
     bar = tqdm(unit="tok", unit_scale=True, disable=not progress, desc="corpus")
 
     def settle(fi: int, meta: Any) -> None:
-        nonlocal tokens
-        raw, n = meta.result()
+        nonlocal tokens, documents
+        raw, n, docs = meta.result()
         raw_counts[:] += raw
         records[fi]["tokens"] += n
+        records[fi]["documents"] += docs
         tokens += n
+        documents += docs
         bar.update(n)
 
+    doc_args = (text_field, doc_mode, max_doc_chars)
     try:
-        for fi, texts, continues, docs in _batches(files, text_field, doc_mode, max_doc_chars, batch_chars):
-            records[fi]["documents"] += docs
-            documents += docs
+        for fi, batch in _batches(files, doc_args, batch_chars):
             bar.set_postfix_str(files[fi].name)
-            fut = client.submit(_task, texts, continues, cfg, tok_f, bos, parts, pure=False, retries=RETRIES)
+            fut = client.submit(_task, batch, doc_args, cfg, tok_f, bos, parts, pure=False, retries=RETRIES)
             for i in range(parts):
                 share = client.submit(_share, fut, i, pure=False, retries=RETRIES)
                 totals[i] = client.submit(_merge, totals[i], share, part_limit, pure=False)

@@ -15,11 +15,22 @@ import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 from engram_viz.errors import EngramVizError
 
 DOC_MODES = ("paragraph", "line", "file")
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
+
+
+class Span(NamedTuple):
+    """Bytes ``start:stop`` of a plain-text corpus file, cut where a document starts; ``line0``:
+    the lines before it (as the file's own reading counts them)."""
+
+    path: Path
+    start: int
+    stop: int
+    line0: int
 
 
 class CorpusError(EngramVizError, ValueError):
@@ -58,58 +69,104 @@ def iter_documents(
     path = Path(path)
     if doc_mode not in DOC_MODES:
         raise CorpusError(f"doc_mode {doc_mode!r} unknown; expected one of {DOC_MODES}")
+    with _open_text(path) as fh:
+        yield from _parse(fh, path, text_field, doc_mode, max_doc_chars, 0)
+
+
+def document_spans(path: str | Path, doc_mode: str = "paragraph", span_bytes: int = 1 << 22) -> Iterator[Span]:
+    """A plain (not gzipped) file cut into byte spans of whole documents, each of about
+    ``span_bytes`` or more: a cut falls only after a line end, and in ``paragraph`` mode only after
+    a blank line, so the documents of the spans (:func:`iter_span_documents`) are exactly the
+    file's. ``file`` mode is one span. Reads the file once, a line at a time."""
+    path = Path(path)
+    if doc_mode not in DOC_MODES:
+        raise CorpusError(f"doc_mode {doc_mode!r} unknown; expected one of {DOC_MODES}")
+    if not path.is_file():
+        raise CorpusError(f"corpus file {path} does not exist")
+    every_line = is_jsonl(path) or doc_mode == "line"  # else after a blank line (paragraph) or never (file)
+    start = pos = lines = line0 = 0
+    with open(path, "rb") as fh:
+        for line in fh:  # binary lines end at b"\n"; a \r\n only at the end of one
+            pos += len(line)
+            lines += line.count(b"\n") + line.count(b"\r") - line.count(b"\r\n")  # as newline="" reads them
+            cut = every_line or (doc_mode == "paragraph" and not line.strip())
+            if cut and pos - start >= span_bytes:
+                yield Span(path, start, pos, line0)
+                start, line0 = pos, lines
+    if pos > start:
+        yield Span(path, start, pos, line0)
+
+
+def iter_span_documents(
+    span: Span, text_field: str = "text", doc_mode: str = "paragraph", max_doc_chars: int = 1 << 16
+) -> Iterator[tuple[str, bool]]:
+    """The ``(text, continues)`` pieces of one span of :func:`document_spans` (JSONL errors name
+    the line in the whole file)."""
+    try:
+        with open(span.path, "rb") as fh:
+            fh.seek(span.start)
+            data = fh.read(span.stop - span.start)
+    except OSError as err:
+        raise CorpusError(f"corpus file {span.path} could not be read: {err}") from None
+    with io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="replace", newline="") as fh:
+        yield from _parse(fh, span.path, text_field, doc_mode, max_doc_chars, span.line0)
+
+
+def _parse(
+    fh: io.TextIOBase, path: Path, text_field: str, doc_mode: str, max_doc_chars: int, line0: int
+) -> Iterator[tuple[str, bool]]:
+    """The pieces of the documents read from ``fh`` (``path``'s text from line ``line0`` on)."""
 
     def pieces(doc: str) -> Iterator[tuple[str, bool]]:
         for i, piece in enumerate(_split_long(doc, max_doc_chars)):
             yield piece, i > 0
 
-    with _open_text(path) as fh:
-        try:
-            if is_jsonl(path):
-                for lineno, line in enumerate(fh, 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        obj = json.loads(line)
-                    except json.JSONDecodeError as err:
-                        raise CorpusError(f"{path}:{lineno}: not valid JSON: {err}") from None
-                    text = obj.get(text_field) if isinstance(obj, dict) else None
-                    if not isinstance(text, str):
-                        raise CorpusError(f"{path}:{lineno}: expected an object with a string field {text_field!r}")
-                    if text:
-                        yield from pieces(text)
-            elif doc_mode == "line":
-                for line in fh:
-                    if line.strip():
-                        yield from pieces(line.rstrip("\r\n"))
-            elif doc_mode == "paragraph":
-                buf: list[str] = []
-                size = 0
-                started = False  # a piece of the current paragraph was already yielded
-                for line in fh:
-                    if line.strip():
-                        buf.append(line)
-                        size += len(line)
-                        if size > max_doc_chars:  # emit the full pieces, keep the rest buffered
-                            *full, rest = _split_long("".join(buf), max_doc_chars)
-                            for piece in full:
-                                yield piece, started
-                                started = True
-                            buf, size = [rest], len(rest)
-                        continue
-                    if buf:
-                        yield "".join(buf).rstrip("\r\n"), started
-                    buf, size, started = [], 0, False
+    try:
+        if is_jsonl(path):
+            for lineno, line in enumerate(fh, line0 + 1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise CorpusError(f"{path}:{lineno}: not valid JSON: {err}") from None
+                text = obj.get(text_field) if isinstance(obj, dict) else None
+                if not isinstance(text, str):
+                    raise CorpusError(f"{path}:{lineno}: expected an object with a string field {text_field!r}")
+                if text:
+                    yield from pieces(text)
+        elif doc_mode == "line":
+            for line in fh:
+                if line.strip():
+                    yield from pieces(line.rstrip("\r\n"))
+        elif doc_mode == "paragraph":
+            buf: list[str] = []
+            size = 0
+            started = False  # a piece of the current paragraph was already yielded
+            for line in fh:
+                if line.strip():
+                    buf.append(line)
+                    size += len(line)
+                    if size > max_doc_chars:  # emit the full pieces, keep the rest buffered
+                        *full, rest = _split_long("".join(buf), max_doc_chars)
+                        for piece in full:
+                            yield piece, started
+                            started = True
+                        buf, size = [rest], len(rest)
+                    continue
                 if buf:
                     yield "".join(buf).rstrip("\r\n"), started
-            else:  # file: one sequence streamed in pieces
-                first = True
-                while True:
-                    chunk = fh.read(max_doc_chars)
-                    if not chunk:
-                        break
-                    rest = fh.readline()  # finish the line so cuts fall at line ends
-                    yield chunk + rest, not first
-                    first = False
-        except (OSError, EOFError, UnicodeError) as err:
-            raise CorpusError(f"corpus file {path} could not be read: {err}") from None
+                buf, size, started = [], 0, False
+            if buf:
+                yield "".join(buf).rstrip("\r\n"), started
+        else:  # file: one sequence streamed in pieces
+            first = True
+            while True:
+                chunk = fh.read(max_doc_chars)
+                if not chunk:
+                    break
+                rest = fh.readline()  # finish the line so cuts fall at line ends
+                yield chunk + rest, not first
+                first = False
+    except (OSError, EOFError, UnicodeError) as err:
+        raise CorpusError(f"corpus file {path} could not be read: {err}") from None

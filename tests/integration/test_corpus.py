@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import shutil
 from pathlib import Path
@@ -18,7 +19,7 @@ from engram_viz.analysis.corpus import run_corpus
 from engram_viz.analysis.corpus_counts import count_corpus
 from engram_viz.analysis.corpus_sources import default_corpus_files, kjv_chapters_text, unwrap_paragraphs
 from engram_viz.analysis.counts import NgramCounts
-from engram_viz.analysis.documents import CorpusError, iter_documents
+from engram_viz.analysis.documents import CorpusError, document_spans, iter_documents, iter_span_documents
 from engram_viz.analysis.hashes import rows_from_windows
 from engram_viz.analysis.windows import StreamWindows
 from engram_viz.cli import main
@@ -87,6 +88,28 @@ def test_long_documents_are_cut_at_line_ends_and_continue(text_file):
         docs.append(joined)
         full = [t for t, _ in iter_documents(text_file, doc_mode=mode)]
         assert [d.rstrip("\n") for d in docs] == [d.rstrip("\n") for d in full]
+
+
+def test_document_spans_hold_exactly_the_files_documents(tmp_path, text_file):
+    """Spans of any size, read apart, give the file's pieces: cuts fall between documents, also with
+    CRLF, lone CR and whitespace-only lines, invalid UTF-8 and documents longer than max_doc_chars."""
+    odd = tmp_path / "odd.txt"
+    odd.write_bytes(TEXT.encode() + b"a\r\nb\r\n \t\r\nc\rd\r\re\n\xff\xfe x\n\n\n" + b"long line " * 30 + b"\nend")
+    jl = tmp_path / "docs.jsonl"
+    jl.write_text("".join(json.dumps({"text": p}) + "\n" for p in PARAGRAPHS * 3) + "\n")
+    for path, mode in [(f, m) for f in (text_file, odd) for m in ("paragraph", "line", "file")] + [(jl, "paragraph")]:
+        for span_bytes in (1, 40, 1 << 20):
+            spans = list(document_spans(path, mode, span_bytes))
+            assert spans[0].start == 0 and spans[-1].stop == path.stat().st_size
+            assert all(a.stop == b.start for a, b in itertools.pairwise(spans))
+            assert len(spans) > 1 or span_bytes > 40 or mode == "file"
+            read = [p for s in spans for p in iter_span_documents(s, doc_mode=mode, max_doc_chars=50)]
+            assert read == list(iter_documents(path, doc_mode=mode, max_doc_chars=50)), (path.name, mode, span_bytes)
+    jl.write_text('{"text": "ok"}\r\n{"text": "ok"}\r{"text": "ok"}\nnot json\n')
+    with pytest.raises(CorpusError, match="docs.jsonl:4: not valid JSON"):
+        [p for s in document_spans(jl, span_bytes=1) for p in iter_span_documents(s)]
+    with pytest.raises(CorpusError, match="doc_mode"):
+        list(document_spans(jl, doc_mode="chapter"))
 
 
 def test_bad_inputs(tmp_path):

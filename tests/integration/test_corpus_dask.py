@@ -3,6 +3,7 @@ with a worker killed mid-run and with spilling forced by a tiny memory limit."""
 
 from __future__ import annotations
 
+import gzip
 import os
 import signal
 import threading
@@ -36,8 +37,9 @@ def corpus_files(tmp_path_factory) -> list[Path]:
     files = []
     for i in range(2):
         paras = [" ".join(rng.choice(DOCS, size=3)) for _ in range(120)]
-        path = folder / f"part{i}.txt"
-        path.write_text("\n\n".join(paras) + "\n", encoding="utf-8")
+        text = ("\n\n".join(paras) + "\n").encode()
+        path = folder / ("part0.txt" if i == 0 else "part1.txt.gz")  # read by the workers / by the client
+        path.write_bytes(text if i == 0 else gzip.compress(text))
         files.append(path)
     return files
 
