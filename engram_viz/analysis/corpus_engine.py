@@ -75,7 +75,7 @@ def _batches(files: list[Path], doc_args: tuple, batch_chars: int) -> Iterator[t
     the ``(texts, continues)`` of whole documents of a gzipped one."""
     for fi, path in enumerate(files):
         if not path.name.lower().endswith(".gz"):
-            yield from ((fi, span) for span in document_spans(path, doc_args[1], batch_chars))
+            yield from ((fi, span) for span in document_spans(path.absolute(), doc_args[1], batch_chars))
             continue
         texts, continues, size = [], [], 0
         for text, cont in iter_documents(path, *doc_args):
@@ -181,7 +181,8 @@ def count_corpus_dask(
     partitions (e.g. one with its own memory limit); a fresh in-memory one by default."""
     from dask.distributed import wait
 
-    n_workers = max(1, len(client.scheduler_info().get("workers", {})))
+    addresses = sorted(client.scheduler_info().get("workers", {}))
+    n_workers = max(1, len(addresses))
     parts = partitions or 2 * n_workers
     part_limit = None if memory_limit is None else max(1, memory_limit * n_workers // parts)
     t0 = time.perf_counter()
@@ -210,7 +211,10 @@ def count_corpus_dask(
             fut = client.submit(_task, batch, doc_args, cfg, tok_f, bos, parts, pure=False, retries=RETRIES)
             for i in range(parts):
                 share = client.submit(_share, fut, i, pure=False, retries=RETRIES)
-                totals[i] = client.submit(_merge, totals[i], share, part_limit, pure=False)
+                home = [addresses[i % len(addresses)]] if addresses else None  # a partition stays on its worker
+                totals[i] = client.submit(
+                    _merge, totals[i], share, part_limit, pure=False, workers=home, allow_other_workers=True
+                )
             pending.append((fi, client.submit(_meta, fut, pure=False)))
             if len(pending) > 2 * n_workers:
                 settle(*pending.pop(0))
