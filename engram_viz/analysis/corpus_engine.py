@@ -11,8 +11,9 @@ local cluster (``workers=N``) or of an existing one (``scheduler="tcp://host:878
   paths (one machine, or a shared file system). A gzipped file cannot be read from the middle:
   its batches carry their text (about ``batch_chars`` characters), read by the client.
 - Each batch's counts are split into ``partitions`` shares by a stable hash of the n-gram key
-  (``counts.key_partition``); share i is merged into partition i's running total on a worker,
-  so a worker holds only the partitions it merges, never the whole corpus's keys.
+  (``counts.key_partition``); share i is merged into partition i's running total on its worker,
+  so a worker holds only the partitions it merges, never the whole corpus's keys. Partition i
+  stays on worker i mod N (a loose restriction: another takes it over when that one is lost).
 - At the end the partitions, disjoint by key, merge into one ``NgramCounts`` on the client,
   each sent in pieces of ``PIECE_KEYS`` keys (a worker reads a piece from its spilled run), so
   neither side holds a whole partition.
