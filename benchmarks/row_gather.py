@@ -1,6 +1,6 @@
 """Lazy (memory-mapped and pread) vs in-memory gather of the same table rows, side by side in one run.
 
-    python benchmarks/row_gather.py [--rows 2000000] [--tokens 4096] [--reps 5] [--warm-prompts 16]
+    python benchmarks/row_gather.py [--rows 2000000] [--tokens 4096] [--reps 5] [--warm-prompts 16] [--no-full-size]
 
 Writes a table file (``--rows`` x 256 e4m3 + e8m0 scales, random valid bytes) to a temporary
 folder, then gathers the rows of ``--tokens``-token prompts (tokens x 24 ids) of two kinds:
@@ -13,7 +13,8 @@ folder, then gathers the rows of ``--tokens``-token prompts (tokens x 24 ids) of
 Every rep gathers a NEW prompt (the same ids for every variant, rows asserted identical), after
 ``--warm-prompts`` earlier prompts went through each lazy table. Backings: (a) an ``InMemoryTable``
 holding the whole file; (b) ``LazyTable`` as the library opens it (``LazyRows``: coalesced
-``os.preadv`` calls, threaded), without and with a ``RowCache`` of ``CACHE_MB`` (warm only); (c) a
+reads from the compiled loop, threaded), without and with a ``RowCache`` of ``CACHE_MB`` (warm only), and
+with its reads issued from Python (``os.preadv`` from ``map``, its path without numba; warm only); (c) a
 ``LazyTable`` over ``mmap_rows.MappedRows``, the memory-mapped experiment (mapped pages under its
 ``MAP_BUDGET_BYTES`` budget, the pages of every map dropped when it is spent). Lazy backings run
 warm (file in the page cache) and cold (every map's pages dropped, then the file's pages with
@@ -45,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mmap_rows import BUDGET, MAP_BUDGET_BYTES, MappedRows
 
+from engram_viz.weights import rows
 from engram_viz.weights.safetensors import create_sparse_safetensors, read_safetensors_header, read_tensor
 from engram_viz.weights.tables import InMemoryTable, LazyTable
 
@@ -55,11 +57,26 @@ CACHE_MB = 64  # the hot-row cache measured (LazyTable's default is no cache)
 
 def open_table(path: Path, engine: str) -> LazyTable:
     """A ``LazyTable`` over the file: ``pread`` (the library's), ``pread cache`` (with a ``CACHE_MB`` hot-row
-    cache) or ``mmap`` (``mmap_rows.MappedRows``, the experiment)."""
+    cache), ``pread pyloop`` (the library's, read through ``python_loop``) or ``mmap`` (``mmap_rows.MappedRows``,
+    the experiment)."""
     if engine == "mmap":
         tensors = read_safetensors_header(path).tensors
         return LazyTable(MappedRows(tensors[W]), MappedRows(tensors[S]))
     return LazyTable.open(path, W, S, cache_mb=CACHE_MB if engine == "pread cache" else 0)
+
+
+def python_loop(fn):
+    """``fn`` run with ``LazyRows`` issuing its reads from Python (``os.preadv`` from ``map``, its path without
+    numba) instead of the compiled read loop."""
+
+    def run():
+        keep, rows.COMPILED_MIN_READS = rows.COMPILED_MIN_READS, 2**62
+        try:
+            return fn()
+        finally:
+            rows.COMPILED_MIN_READS = keep
+
+    return run
 
 
 def rss() -> int:
@@ -170,6 +187,7 @@ VARIANTS = (  # (backing, op, table, cold before?); a table's engine is its name
     ("lazy mmap warm", "gather_fp8", "mmap warm", False),
     ("lazy pread warm", "gather_fp8", "pread warm", False),
     ("lazy pread warm, cache", "gather_fp8", "pread cache warm", False),
+    ("lazy pread warm, py loop", "gather_fp8", "pread pyloop warm", False),
     ("in-memory", "lookup bf16", "mem", False),
     ("lazy mmap warm", "lookup bf16", "mmap bf16", False),
     ("lazy pread warm", "lookup bf16", "pread bf16", False),
@@ -200,6 +218,7 @@ def run_kind(kind: str, prompts: torch.Tensor, args, path: Path, mem, rows_note:
         for backing, op, name, is_cold in VARIANTS:
             table = tables[name]
             fn = (lambda t=table, p=p: t.gather_fp8(p)) if op == "gather_fp8" else (lambda t=table, p=p: t(p))
+            fn = python_loop(fn) if "pyloop" in name else fn
             before = BUDGET.resets
             dt, grow = timed(fn, (lambda: cold(path)) if is_cold else None)
             if name == "mmap warm":
@@ -234,16 +253,17 @@ def run_kind(kind: str, prompts: torch.Tensor, args, path: Path, mem, rows_note:
 
 
 def full_size(tmp: str, kind: str, prompts: torch.Tensor, args, mem_ref: float) -> None:
-    """Both engines on the full-size sparse table, new prompts after the warm-up ones; each engine's
+    """Both engines (pread also with its reads from Python) on the full-size sparse table, new prompts after the warm-up ones; each engine's
     peak resident growth over all its reps, from before its first timed gather."""
     full = Path(tmp) / "full.safetensors"
     if not full.exists():
         create_sparse_safetensors(full, {W: ("F8_E4M3", (V41_ROWS, HEAD_DIM)), S: ("F8_E8M0", (V41_ROWS, 8))})
     pager = open_table(full, "pread")
-    for engine in ("mmap", "pread"):
+    for engine in ("mmap", "pread", "pread pyloop"):
         table = open_table(full, engine)
+        gather = (lambda p, t=table: python_loop(lambda: t.gather_fp8(p))()) if "pyloop" in engine else table.gather_fp8
         for p in prompts[: args.warm_prompts]:
-            table.gather_fp8(p)
+            gather(p)
         BUDGET.reset()
         times = []
         base = rss()
@@ -252,12 +272,12 @@ def full_size(tmp: str, kind: str, prompts: torch.Tensor, args, mem_ref: float) 
             p = prompts[args.warm_prompts + rep]
             pager.gather_fp8(p)  # the prompt's pages into the page cache (holes are read as zero pages once)
             t = time.perf_counter()
-            table.gather_fp8(p)
+            gather(p)
             times.append(time.perf_counter() - t)
         grow = (peak() if have_peak else rss()) - base
         med = statistics.median(times)
         print(
-            f"  {kind:<9} lazy {engine:<5} gather_fp8 median {med * 1e3:6.1f} ms = {med / mem_ref:5.2f}x the in-memory "
+            f"  {kind:<9} lazy {engine:<12} gather_fp8 median {med * 1e3:6.1f} ms = {med / mem_ref:5.2f}x the in-memory "
             f"gather of as many {kind} ids from the table file (proxy); peak RSS growth over the {args.reps} reps "
             f"{grow / 2**20:.0f} MB"
         )
@@ -276,6 +296,7 @@ def main() -> None:
         default=1,
         help="torch intra-op threads (default 1: on a shared, busy machine OpenMP spin-waiting distorts both sides)",
     )
+    ap.add_argument("--no-full-size", action="store_true", help="skip the full-size sparse table (slow: ~15+ min)")
     args = ap.parse_args()
     torch.set_num_threads(args.torch_threads)
     n_prompts = args.warm_prompts + args.reps
@@ -315,6 +336,8 @@ def main() -> None:
         )
         del mem, lazy
         BUDGET.reset()
+        if args.no_full_size:
+            return
         print(
             f"\nfull-size sparse table ({V41_ROWS:,} x {HEAD_DIM}, {V41_ROWS * HEAD_DIM * 33 / 32 / 1e9:.1f} GB logical, "
             "no disk; an in-memory table would need that much; pages brought in by pread before each timed gather):"

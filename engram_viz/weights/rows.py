@@ -1,8 +1,9 @@
 """Rows of a 2D tensor read by id: id checks, the in-memory gather and the ``pread`` engine.
 
 ``RowSource`` is the interface (rows of a ``[num_rows, cols]`` tensor by sorted unique ids);
-``LazyRows`` reads them on demand from one or more safetensors files with ``os.pread`` (adjacent
-rows coalesced into one read, large gathers spread over threads), so a 98 GB table is never
+``LazyRows`` reads them on demand from one or more safetensors files with ``pread`` (adjacent
+rows coalesced into one read, issued from a compiled loop with the GIL released, ``pread_kernel``,
+or from Python without numba; large gathers spread over threads), so a 98 GB table is never
 materialised and resident memory grows only by the rows asked for. A tensor row-split over several
 files (the inference-converted ``model{i}-mp{n}`` layout, part ``i`` holding rows
 ``[i * part, (i + 1) * part)``) reads as one.
@@ -18,7 +19,7 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import repeat
@@ -29,15 +30,17 @@ import torch
 
 from engram_viz.weights.errors import CheckpointError, RowIdError
 from engram_viz.weights.finite import nonfinite_error, nonfinite_rows
+from engram_viz.weights.pread_kernel import compiled_preads
 from engram_viz.weights.safetensors import TensorInfo, pread_into
 
-COALESCE_GAP_BYTES = (
-    16384  # rows closer than this share one pread: a read costs about what copying ~16 KB from the page cache does
-)
+# rows closer than this share one pread: a read costs about what copying ~16 KB from the page cache does, even
+# from the compiled loop (the system call dominates: 4 KB and 8 KB gaps measured slower on real-text and uniform ids)
+COALESCE_GAP_BYTES = 16384
 MAX_READ_BYTES = 16 * 2**20  # one pread never asks for more than this
 BATCH_BYTES = 8 * 2**20  # bytes read per batch before the wanted rows are picked out (bounds the temporaries)
 THREADED_MIN_READS = 4096  # below this many reads (and THREADED_MIN_BYTES) a gather stays on the calling thread
 THREADED_MIN_BYTES = 16 * 2**20
+COMPILED_MIN_READS = 1024  # from this many reads a gather uses the compiled read loop (compiled once a process: ~2 s)
 
 
 def check_row_ids(row_ids, num_rows: int, what: str) -> torch.Tensor:
@@ -218,13 +221,14 @@ class LazyRows(RowSource):
                 plans.append(self._plan(part, ids[a:b] - self.part_start[k], a))
         n_reads = sum(len(p.starts) for p in plans)
         n_bytes = sum(p.nbytes() for p in plans)
+        preads = compiled_preads() if n_reads >= COMPILED_MIN_READS else None
         if (n_reads >= THREADED_MIN_READS or n_bytes >= THREADED_MIN_BYTES) and self.workers > 1:
             pieces = [piece for p in plans for piece in p.split(self.workers)]
-            for f in [_pool().submit(piece.run, out) for piece in pieces]:
+            for f in [_pool().submit(piece.run, out, preads) for piece in pieces]:
                 f.result()
         else:
             for p in plans:
-                p.run(out)
+                p.run(out, preads)
         bad = nonfinite_rows(out, self.dtype)
         if len(bad):
             raise self._nonfinite(ids[bad])
@@ -304,9 +308,10 @@ class _ReadPlan:
     def nbytes(self) -> int:
         return int(self.spans.sum()) * self.row_bytes
 
-    def run(self, out: np.ndarray) -> None:
+    def run(self, out: np.ndarray, preads: Callable | None) -> None:
         """The reads in batches of at most BATCH_BYTES, each batch read into one scratch buffer
-        (reused: its pages are touched once) by ``os.preadv`` calls issued from C (``map``, no
+        (reused: its pages are touched once) by ``preads``, the compiled read loop
+        (``pread_kernel.compiled_preads``), or when None by ``os.preadv`` calls issued from C (``map``, no
         bytecode per read), then the wanted rows picked out with one vectorised index into ``out``."""
         ends = np.cumsum(self.spans * self.row_bytes)
         scratch = np.empty(min(int(ends[-1]), BATCH_BYTES) if len(ends) else 0, dtype=np.uint8)
@@ -317,21 +322,26 @@ class _ReadPlan:
             size = int(ends[last - 1]) - base
             if size > len(scratch):  # one read larger than a batch
                 scratch = np.empty(size, dtype=np.uint8)
-            self._run_batch(out, first, last, memoryview(scratch[:size]))
+            self._run_batch(out, first, last, scratch[:size], preads)
             first = last
 
-    def _run_batch(self, out: np.ndarray, a: int, b: int, buf: memoryview) -> None:
+    def _run_batch(self, out: np.ndarray, a: int, b: int, buf: np.ndarray, preads: Callable | None) -> None:
         rb = self.row_bytes
         firsts, spans = self.firsts[a:b], self.spans[a:b]
         stops = np.cumsum(spans) * rb
-        bounds = zip([0, *stops[:-1].tolist()], stops.tolist())
-        offsets = (self.base + firsts * rb).tolist()
-        views = [[buf[i:j]] for i, j in bounds]
-        got = sum(map(os.preadv, repeat(self.fd, len(views)), views, offsets))
-        if got != len(buf):  # a short read: the file ends early (or a rare partial read): redo exactly
-            for (view,), off in zip(views, offsets):
-                pread_into(self.fd, view, off, self.what)
-        rows = np.frombuffer(buf, dtype=np.uint8).reshape(-1, rb)
+        offsets = self.base + firsts * rb
+        if preads is not None:  # the reads from one compiled loop, GIL released
+            full = preads(self.fd, buf, offsets, spans * rb)
+        else:  # os.preadv calls issued from C (map, no bytecode per read)
+            mv = memoryview(buf)
+            views = [[mv[i:j]] for i, j in zip([0, *stops[:-1].tolist()], stops.tolist())]
+            got = sum(map(os.preadv, repeat(self.fd, len(views)), views, offsets.tolist()))
+            full = len(firsts) if got == len(buf) else 0
+        if full < len(firsts):  # a short read: the file ends early (or a rare partial read): redo exactly
+            begins = np.concatenate([[0], stops[:-1]])
+            for r in range(full, len(firsts)):
+                pread_into(self.fd, memoryview(buf)[begins[r] : stops[r]], int(offsets[r]), self.what)
+        rows = buf.reshape(-1, rb)
         lo, hi = int(self.starts[a]), int(self.ends[b - 1])
         o = self.out_start
         if len(rows) == hi - lo:  # every row read was wanted: no gap rows to drop

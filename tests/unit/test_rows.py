@@ -68,9 +68,21 @@ def test_lazy_gather_equals_eager_embedding(tiny_table_file, ids):
     assert torch.equal(table(row_ids), InMemoryTable(w, s)(row_ids))
 
 
+@pytest.fixture(params=["compiled", "python"])
+def read_loop(request, monkeypatch) -> str:
+    """The reads issued by the compiled loop (``pread_kernel``, needs numba) or by ``os.preadv`` from Python."""
+    if request.param == "compiled":
+        pytest.importorskip("numba")
+    monkeypatch.setattr(R, "COMPILED_MIN_READS", 0 if request.param == "compiled" else 10**9)
+    return request.param
+
+
 @pytest.mark.parametrize("gap_bytes,max_read,threaded", [(0, 2**20, False), (4096, 1000, False), (10**6, 2**20, True)])
-def test_coalescing_and_threads_do_not_change_rows(tiny_table_file, monkeypatch, gap_bytes, max_read, threaded):
-    """Reads merged across gaps, split at read-size blocks, or issued from threads give the same rows."""
+def test_coalescing_and_threads_do_not_change_rows(
+    tiny_table_file, monkeypatch, read_loop, gap_bytes, max_read, threaded
+):
+    """Reads merged across gaps, split at read-size blocks, or issued from threads, by either read loop,
+    give the same rows."""
     monkeypatch.setattr(R, "COALESCE_GAP_BYTES", gap_bytes)
     monkeypatch.setattr(R, "MAX_READ_BYTES", max_read)
     monkeypatch.setattr(R, "THREADED_MIN_READS", 1 if threaded else 10**9)
@@ -151,8 +163,8 @@ def test_lazy_table_pickles_and_survives_fork(tiny_table_file, monkeypatch):
     assert torch.equal(torch.from_numpy(got).view(torch.bfloat16), want)
 
 
-def test_file_truncated_after_open_raises(tmp_path, tiny_table_file):
-    """A shard cut short between opening and reading: the read names the file and tensor."""
+def test_file_truncated_after_open_raises(tmp_path, tiny_table_file, read_loop):
+    """A shard cut short between opening and reading: the read (by either read loop) names the file and tensor."""
     src, _, _ = tiny_table_file
     p = tmp_path / "t.safetensors"
     p.write_bytes(src.read_bytes())
@@ -172,7 +184,7 @@ MEMORY_SCRIPT = textwrap.dedent(
     path, ids_path = sys.argv[1], sys.argv[2]
     table = LazyTable.open(path, "layers.14.engram.embed.weight", "layers.14.engram.embed.scale")
     ids = torch.load(ids_path)
-    table(ids[:8])  # warm up imports and the thread pool
+    table(ids[:64])  # warm up imports, the thread pool and the compiled read loop (1,536 reads: compiled once)
     proc = psutil.Process()
     try:
         open("/proc/self/clear_refs", "w").write("5")  # reset the peak (VmHWM)
