@@ -70,11 +70,11 @@ def python_loop(fn):
     numba) instead of the compiled read loop."""
 
     def run():
-        keep, rows.COMPILED_MIN_READS = rows.COMPILED_MIN_READS, 2**62
+        keep, rows.COMPILED_MIN_ROWS = rows.COMPILED_MIN_ROWS, 2**62
         try:
             return fn()
         finally:
-            rows.COMPILED_MIN_READS = keep
+            rows.COMPILED_MIN_ROWS = keep
 
     return run
 

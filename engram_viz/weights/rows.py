@@ -19,9 +19,9 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import repeat
 from pathlib import Path
 
@@ -30,17 +30,18 @@ import torch
 
 from engram_viz.weights.errors import CheckpointError, RowIdError
 from engram_viz.weights.finite import nonfinite_error, nonfinite_rows
-from engram_viz.weights.pread_kernel import compiled_preads
+from engram_viz.weights.pread_kernel import GatherReads, compiled_gather, scratch_bytes
 from engram_viz.weights.safetensors import TensorInfo, pread_into
 
-# rows closer than this share one pread: a read costs about what copying ~16 KB from the page cache does, even
-# from the compiled loop (the system call dominates: 4 KB and 8 KB gaps measured slower on real-text and uniform ids)
-COALESCE_GAP_BYTES = 16384
-MAX_READ_BYTES = 16 * 2**20  # one pread never asks for more than this
-BATCH_BYTES = 8 * 2**20  # bytes read per batch before the wanted rows are picked out (bounds the temporaries)
+# rows closer than this many bytes share one read. The compiled loop copies a read's gap rows once, into a
+# scratch buffer that stays in the CPU cache, so merging pays only within about a page; from Python each read
+# costs more than copying ~16 KB from the page cache (benchmarks/results/row_gather.txt)
+COALESCE_GAP_BYTES = {"compiled": 4096, "python": 16384}
+MAX_READ_BYTES = 2**18  # one pread never asks for more than this (a scratch buffer of this size stays in cache)
+BATCH_BYTES = 8 * 2**20  # from Python: bytes read per batch before its rows are picked out (bounds temporaries)
 THREADED_MIN_READS = 4096  # below this many reads (and THREADED_MIN_BYTES) a gather stays on the calling thread
 THREADED_MIN_BYTES = 16 * 2**20
-COMPILED_MIN_READS = 1024  # from this many reads a gather uses the compiled read loop (compiled once a process: ~2 s)
+COMPILED_MIN_ROWS = 1024  # from this many rows a gather uses the compiled read loop (compiled once a process: ~2 s)
 
 
 def check_row_ids(row_ids, num_rows: int, what: str) -> torch.Tensor:
@@ -213,22 +214,23 @@ class LazyRows(RowSource):
     def read_unique(self, ids: np.ndarray) -> torch.Tensor:
         ids = np.ascontiguousarray(ids, dtype=np.int64)
         out = np.empty((len(ids), self.row_bytes), dtype=np.uint8)
+        gather = compiled_gather() if len(ids) >= COMPILED_MIN_ROWS else None
+        gap = COALESCE_GAP_BYTES["python" if gather is None else "compiled"]
         plans = []
         bounds = np.searchsorted(ids, self.part_start)
         for k, part in enumerate(self.parts):
             a, b = int(bounds[k]), int(bounds[k + 1])
             if a < b:
-                plans.append(self._plan(part, ids[a:b] - self.part_start[k], a))
+                plans.append(self._plan(part, ids[a:b] - self.part_start[k], a, gap))
         n_reads = sum(len(p.starts) for p in plans)
         n_bytes = sum(p.nbytes() for p in plans)
-        preads = compiled_preads() if n_reads >= COMPILED_MIN_READS else None
         if (n_reads >= THREADED_MIN_READS or n_bytes >= THREADED_MIN_BYTES) and self.workers > 1:
             pieces = [piece for p in plans for piece in p.split(self.workers)]
-            for f in [_pool().submit(piece.run, out, preads) for piece in pieces]:
+            for f in [_pool().submit(piece.run, out, gather) for piece in pieces]:
                 f.result()
         else:
             for p in plans:
-                p.run(out, preads)
+                p.run(out, gather)
         bad = nonfinite_rows(out, self.dtype)
         if len(bad):
             raise self._nonfinite(ids[bad])
@@ -244,11 +246,11 @@ class LazyRows(RowSource):
             where += f" (part {k} of {len(self.parts)}; row ids count over all parts)"
         return nonfinite_error(where, self.dtype, row_ids)
 
-    def _plan(self, part: TensorInfo, local: np.ndarray, out_start: int) -> _ReadPlan:
-        """Coalesce sorted local row ids into reads: rows closer than COALESCE_GAP_BYTES share one
+    def _plan(self, part: TensorInfo, local: np.ndarray, out_start: int, gap_bytes: int) -> _ReadPlan:
+        """Coalesce sorted local row ids into reads: rows fewer than ``gap_bytes`` apart share one
         read, and no read crosses a MAX_READ_BYTES-aligned block of the tensor."""
         rb = self.row_bytes
-        gap_rows = max(0, COALESCE_GAP_BYTES // rb)
+        gap_rows = max(0, gap_bytes // rb)
         block = local // max(1, MAX_READ_BYTES // rb)
         cut = (np.diff(local) - 1 > gap_rows) | (np.diff(block) != 0)
         breaks = np.nonzero(cut)[0] + 1
@@ -287,31 +289,34 @@ class _ReadPlan:
     what: str
 
     def split(self, n: int) -> list[_ReadPlan]:
-        cuts = np.array_split(np.arange(len(self.starts)), n)
-        return [
-            _ReadPlan(
-                self.fd,
-                self.base,
-                self.row_bytes,
-                self.local,
-                self.out_start,
-                self.starts[c],
-                self.ends[c],
-                self.firsts[c],
-                self.spans[c],
-                self.what,
-            )
-            for c in cuts
-            if len(c)
-        ]
+        """The reads in up to ``n`` pieces of consecutive reads."""
+        return [self._reads(c) for c in np.array_split(np.arange(len(self.starts)), n) if len(c)]
+
+    def _reads(self, which) -> _ReadPlan:
+        """The plan of the reads ``which`` (an index or slice of the reads)."""
+        pick = {k: getattr(self, k)[which] for k in ("starts", "ends", "firsts", "spans")}
+        return replace(self, **pick)
 
     def nbytes(self) -> int:
         return int(self.spans.sum()) * self.row_bytes
 
-    def run(self, out: np.ndarray, preads: Callable | None) -> None:
+    def run(self, out: np.ndarray, gather: GatherReads | None) -> None:
+        """The reads into ``out`` by ``gather``, the compiled read loop (``pread_kernel``), or when
+        None (or from a read it found short: the file may end early) from Python."""
+        if gather is not None:
+            scratch = np.empty(scratch_bytes(self.row_bytes, self.starts, self.ends, self.spans), dtype=np.uint8)
+            rows = out[self.out_start : self.out_start + len(self.local)].reshape(-1)
+            args = (self.local, self.starts, self.ends, self.firsts, self.spans, rows, scratch)
+            done = gather(self.fd, self.base, self.row_bytes, *args)
+            if done == len(self.starts):
+                return
+            self._reads(slice(done, None)).run(out, None)
+            return
+        self._run_python(out)
+
+    def _run_python(self, out: np.ndarray) -> None:
         """The reads in batches of at most BATCH_BYTES, each batch read into one scratch buffer
-        (reused: its pages are touched once) by ``preads``, the compiled read loop
-        (``pread_kernel.compiled_preads``), or when None by ``os.preadv`` calls issued from C (``map``, no
+        (reused: its pages are touched once) by ``os.preadv`` calls issued from C (``map``, no
         bytecode per read), then the wanted rows picked out with one vectorised index into ``out``."""
         ends = np.cumsum(self.spans * self.row_bytes)
         scratch = np.empty(min(int(ends[-1]), BATCH_BYTES) if len(ends) else 0, dtype=np.uint8)
@@ -322,25 +327,21 @@ class _ReadPlan:
             size = int(ends[last - 1]) - base
             if size > len(scratch):  # one read larger than a batch
                 scratch = np.empty(size, dtype=np.uint8)
-            self._run_batch(out, first, last, scratch[:size], preads)
+            self._run_batch(out, first, last, scratch[:size])
             first = last
 
-    def _run_batch(self, out: np.ndarray, a: int, b: int, buf: np.ndarray, preads: Callable | None) -> None:
+    def _run_batch(self, out: np.ndarray, a: int, b: int, buf: np.ndarray) -> None:
         rb = self.row_bytes
         firsts, spans = self.firsts[a:b], self.spans[a:b]
         stops = np.cumsum(spans) * rb
         offsets = self.base + firsts * rb
-        if preads is not None:  # the reads from one compiled loop, GIL released
-            full = preads(self.fd, buf, offsets, spans * rb)
-        else:  # os.preadv calls issued from C (map, no bytecode per read)
-            mv = memoryview(buf)
-            views = [[mv[i:j]] for i, j in zip([0, *stops[:-1].tolist()], stops.tolist())]
-            got = sum(map(os.preadv, repeat(self.fd, len(views)), views, offsets.tolist()))
-            full = len(firsts) if got == len(buf) else 0
-        if full < len(firsts):  # a short read: the file ends early (or a rare partial read): redo exactly
+        mv = memoryview(buf)
+        views = [[mv[i:j]] for i, j in zip([0, *stops[:-1].tolist()], stops.tolist())]
+        got = sum(map(os.preadv, repeat(self.fd, len(views)), views, offsets.tolist()))
+        if got != len(buf):  # a short read: the file ends early (or a rare partial read): redo exactly
             begins = np.concatenate([[0], stops[:-1]])
-            for r in range(full, len(firsts)):
-                pread_into(self.fd, memoryview(buf)[begins[r] : stops[r]], int(offsets[r]), self.what)
+            for r in range(len(firsts)):
+                pread_into(self.fd, mv[begins[r] : stops[r]], int(offsets[r]), self.what)
         rows = buf.reshape(-1, rb)
         lo, hi = int(self.starts[a]), int(self.ends[b - 1])
         o = self.out_start

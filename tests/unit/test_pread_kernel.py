@@ -1,4 +1,4 @@
-"""engram_viz.weights.pread_kernel: the compiled read loop against slices of the file's bytes."""
+"""engram_viz.weights.pread_kernel: the compiled read loop against rows sliced from the file's bytes."""
 
 from __future__ import annotations
 
@@ -9,35 +9,56 @@ import pytest
 
 pytest.importorskip("numba")
 
-from engram_viz.weights.pread_kernel import compiled_preads
+from engram_viz.weights.pread_kernel import compiled_gather, scratch_bytes
+
+ROW, BASE = 8, 40  # row bytes, where the tensor starts in the file
+N_ROWS = 1000
 
 
 @pytest.fixture
-def data_fd(tmp_path):
-    data = np.random.default_rng(0).integers(0, 256, 10_000, dtype=np.uint8).tobytes()
-    path = tmp_path / "data.bin"
-    path.write_bytes(data)
+def table_fd(tmp_path):
+    data = np.random.default_rng(0).integers(0, 256, BASE + N_ROWS * ROW, dtype=np.uint8)
+    path = tmp_path / "rows.bin"
+    path.write_bytes(data.tobytes())
     fd = os.open(path, os.O_RDONLY)
-    yield data, fd
+    yield data[BASE:].reshape(N_ROWS, ROW), fd
     os.close(fd)
 
 
-def test_reads_land_back_to_back(data_fd):
-    data, fd = data_fd
-    offsets = np.array([9000, 0, 4321, 4321, 9999], dtype=np.int64)
-    sizes = np.array([1000, 17, 512, 1, 1], dtype=np.int64)
-    buf = np.zeros(int(sizes.sum()), dtype=np.uint8)
-    assert compiled_preads()(fd, buf, offsets, sizes) == len(offsets)
-    assert buf.tobytes() == b"".join(data[o : o + s] for o, s in zip(offsets.tolist(), sizes.tolist()))
+def reads(local: np.ndarray, cut: list[int]) -> tuple[np.ndarray, ...]:
+    """Reads over sorted ``local`` rows broken before the positions ``cut``: starts, ends, firsts, spans."""
+    starts = np.array([0, *cut], dtype=np.int64)
+    ends = np.array([*cut, len(local)], dtype=np.int64)
+    firsts = local[starts]
+    return starts, ends, firsts, local[ends - 1] - firsts + 1
 
 
-def test_first_short_or_failed_read_is_returned(data_fd):
-    data, fd = data_fd
-    preads = compiled_preads()
-    buf = np.zeros(300, dtype=np.uint8)
-    offsets, sizes = np.array([0, 9950, 100], dtype=np.int64), np.array([100, 100, 100], dtype=np.int64)
-    assert preads(fd, buf, offsets, sizes) == 1  # read 1 runs past the end of the file
-    assert buf[:100].tobytes() == data[:100]
-    assert preads(-1, buf, offsets, sizes) == 0  # a bad descriptor fails the first read
-    assert preads(fd, buf[:150], offsets, sizes) == 1  # read 1 would not fit in the buffer
-    assert preads(fd, buf, offsets[:0], sizes[:0]) == 0
+def test_wanted_rows_land_in_order_gap_rows_dropped(table_fd):
+    rows, fd = table_fd
+    local = np.array([0, 1, 2, 5, 9, 10, 500, 998, 999], dtype=np.int64)
+    starts, ends, firsts, spans = reads(local, [3, 6, 7])  # [0 1 2] whole, [5 9 10] with gaps, [500], [998 999]
+    scratch = np.empty(scratch_bytes(ROW, starts, ends, spans), dtype=np.uint8)
+    assert len(scratch) == 6 * ROW  # rows 5..10: the only read holding rows not wanted
+    out = np.zeros(len(local) * ROW, dtype=np.uint8)
+    done = compiled_gather()(fd, BASE, ROW, local, starts, ends, firsts, spans, out, scratch)
+    assert done == len(starts)
+    assert np.array_equal(out.reshape(-1, ROW), rows[local])
+
+
+def test_first_short_failed_or_unfitting_read_is_returned(table_fd):
+    rows, fd = table_fd
+    gather = compiled_gather()
+    local = np.array([3, 7, 999], dtype=np.int64)
+    starts, ends, firsts, spans = reads(local, [1, 2])
+    out = np.zeros(len(local) * ROW, dtype=np.uint8)
+    scratch = np.empty(0, dtype=np.uint8)
+    assert gather(fd, BASE, ROW, local, starts, ends, firsts, spans, out, scratch) == 3
+    assert gather(fd, BASE + 8, ROW, local, starts, ends, firsts, spans, out, scratch) == 2  # row 999 past the end
+    assert np.array_equal(out[: 2 * ROW].reshape(-1, ROW), rows[[4, 8]])  # reads before it are kept
+    assert gather(-1, BASE, ROW, local, starts, ends, firsts, spans, out, scratch) == 0  # a bad descriptor
+    assert gather(fd, BASE, ROW, local, starts, ends, firsts, spans, out[:ROW], scratch) == 1  # out too small
+    one = np.array([0, 2], dtype=np.int64)
+    s1, e1, f1, sp1 = reads(one, [])  # one read of rows 0..2 wanting 0 and 2: needs 3 rows of scratch
+    assert gather(fd, BASE, ROW, one, s1, e1, f1, sp1, out, np.empty(2 * ROW, dtype=np.uint8)) == 0
+    empty = np.empty(0, dtype=np.int64)
+    assert gather(fd, BASE, ROW, empty, empty, empty, empty, empty, out, scratch) == 0

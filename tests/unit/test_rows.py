@@ -73,7 +73,7 @@ def read_loop(request, monkeypatch) -> str:
     """The reads issued by the compiled loop (``pread_kernel``, needs numba) or by ``os.preadv`` from Python."""
     if request.param == "compiled":
         pytest.importorskip("numba")
-    monkeypatch.setattr(R, "COMPILED_MIN_READS", 0 if request.param == "compiled" else 10**9)
+    monkeypatch.setattr(R, "COMPILED_MIN_ROWS", 0 if request.param == "compiled" else 10**9)
     return request.param
 
 
@@ -83,7 +83,7 @@ def test_coalescing_and_threads_do_not_change_rows(
 ):
     """Reads merged across gaps, split at read-size blocks, or issued from threads, by either read loop,
     give the same rows."""
-    monkeypatch.setattr(R, "COALESCE_GAP_BYTES", gap_bytes)
+    monkeypatch.setattr(R, "COALESCE_GAP_BYTES", dict.fromkeys(R.COALESCE_GAP_BYTES, gap_bytes))
     monkeypatch.setattr(R, "MAX_READ_BYTES", max_read)
     monkeypatch.setattr(R, "THREADED_MIN_READS", 1 if threaded else 10**9)
     path, w, s = tiny_table_file
@@ -149,7 +149,7 @@ def test_lazy_table_pickles_and_survives_fork(tiny_table_file, monkeypatch):
     import pickle
 
     monkeypatch.setattr(R, "THREADED_MIN_READS", 1)
-    monkeypatch.setattr(R, "COALESCE_GAP_BYTES", 0)
+    monkeypatch.setattr(R, "COALESCE_GAP_BYTES", dict.fromkeys(R.COALESCE_GAP_BYTES, 0))
     path, w, _ = tiny_table_file
     table = LazyTable.open(path, "t.weight", "t.scale")
     ids = torch.arange(0, 5000, 3)
@@ -184,7 +184,7 @@ MEMORY_SCRIPT = textwrap.dedent(
     path, ids_path = sys.argv[1], sys.argv[2]
     table = LazyTable.open(path, "layers.14.engram.embed.weight", "layers.14.engram.embed.scale")
     ids = torch.load(ids_path)
-    table(ids[:64])  # warm up imports, the thread pool and the compiled read loop (1,536 reads: compiled once)
+    table(ids[:64])  # warm up imports, the thread pool and the compiled read loop (~1,500 rows: compiled once)
     proc = psutil.Process()
     try:
         open("/proc/self/clear_refs", "w").write("5")  # reset the peak (VmHWM)
