@@ -14,7 +14,7 @@ from engram_viz.analysis.corpus import run_corpus
 from engram_viz.analysis.explain import explain
 from engram_viz.apps.app import serve
 from engram_viz.apps.report import summary_text, write_report
-from engram_viz.config import load_config
+from engram_viz.config import EngramConfig, load_config
 from engram_viz.core.engram import param_counts
 from engram_viz.core.hashing import hash_prompt
 from engram_viz.core.layout import EngramLayout
@@ -22,15 +22,25 @@ from engram_viz.core.tokenizer import get_tokenizer
 from engram_viz.errors import EngramVizError
 from engram_viz.run.pipeline import Pipeline
 from engram_viz.tiny.train import TrainSettings, train_tiny
+from engram_viz.weights.default import default_config
 from engram_viz.weights.inspect import format_inspect, inspect_checkpoint
 
 
 def _config_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", default="tiny", help="preset (v41-flash, tiny) or path to a config.json (default: tiny)")
+    p.add_argument(
+        "--config",
+        default=None,
+        help="preset (v41-flash, tiny) or path to a config.json (default: the embedded default model's, data/tiny-engram)",
+    )
+
+
+def _config(args: argparse.Namespace) -> EngramConfig:
+    """``--config`` loaded, or the default checkpoint's config when it is not given."""
+    return load_config(args.config) if args.config is not None else default_config()
 
 
 def cmd_layout(args: argparse.Namespace) -> None:
-    layout = EngramLayout(load_config(args.config))
+    layout = EngramLayout(_config(args))
     summary = layout.summary()
     if args.json:
         print(json.dumps(summary))
@@ -48,7 +58,7 @@ def cmd_layout(args: argparse.Namespace) -> None:
 
 
 def cmd_hash(args: argparse.Namespace) -> None:
-    config = load_config(args.config)
+    config = _config(args)
     tok = get_tokenizer(config, args.tokenizer)
     raw = tok.encode(args.text, bos=args.bos)
     if not raw:
@@ -69,7 +79,7 @@ def cmd_hash(args: argparse.Namespace) -> None:
 
 
 def cmd_params(args: argparse.Namespace) -> None:
-    config = load_config(args.config)
+    config = _config(args)
     counts = param_counts(config)
     if args.json:
         print(json.dumps({"config": config.name, "layers": {str(k): v for k, v in counts.items()}}))
@@ -85,7 +95,7 @@ def cmd_params(args: argparse.Namespace) -> None:
 
 
 def cmd_corpus(args: argparse.Namespace) -> None:
-    config = load_config(args.config)
+    config = _config(args)
     result = run_corpus(
         args.files or None,
         args.out,

@@ -344,7 +344,7 @@ def test_params_cli(capsys):
     text = capsys.readouterr().out
     for figure in ("98,308,270,592", "157,286,400", "40,960", "98,465,597,952"):
         assert figure in text
-    assert cli_main(["params"]) == 0  # default config (tiny)
+    assert cli_main(["params"]) == 0  # default config: the embedded default model's
     assert "layer 3" in capsys.readouterr().out
 
 

@@ -23,6 +23,7 @@ from engram_viz.config import CONFIG_DIR, ConfigError, EngramConfig, load_config
 from engram_viz.core.hashing import DEAD, NgramHasher, hash_prompt
 from engram_viz.errors import EngramVizError
 from engram_viz.run.images import build_input
+from engram_viz.weights.default import default_checkpoint
 
 VERIFIED_MULTIPLIERS = {
     1: [76632096046245, 4839876093313, 35959672319349, 73987337458391],
@@ -428,7 +429,9 @@ def test_cli_hash_json(capsys, tokenizer, references):
     assert json.loads(capsys.readouterr().out)["raw_ids"] == [0, *raw]
 
 
-def test_cli_hash_subprocess_default_config(tokenizer, references):
+def test_cli_hash_subprocess_default_config(tokenizer):
+    """Without --config, hash gives the row ids of the embedded default model (what a default report
+    shows), not of the tiny preset, whose tables are smaller."""
     proc = subprocess.run(
         [sys.executable, "-m", "engram_viz.cli", "hash", "THE the", "--json"],
         capture_output=True,
@@ -437,11 +440,11 @@ def test_cli_hash_subprocess_default_config(tokenizer, references):
         check=True,
     )
     out = json.loads(proc.stdout)
-    assert len(set(out["compressed_ids"])) == 1  # THE and " the" share a compressed id ...
-    rows = np.asarray(out["row_ids"])  # ... the default config is tiny
-    np.testing.assert_array_equal(
-        rows, reference_rows(references["tiny"], tokenizer, torch.tensor([out["raw_ids"]]))[0]
-    )
+    assert len(set(out["compressed_ids"])) == 1  # THE and " the" share a compressed id
+    config = default_checkpoint().config
+    assert config.engram_num_embeddings != load_config("tiny").engram_num_embeddings
+    rows = np.asarray(out["row_ids"])
+    np.testing.assert_array_equal(rows, reference_rows(Reference(config), tokenizer, torch.tensor([out["raw_ids"]]))[0])
 
 
 def test_cli_hash_text_output(capsys):
