@@ -259,16 +259,9 @@ def full_size(tmp: str, kind: str, prompts: torch.Tensor, args, mem_ref: float) 
     if not full.exists():
         create_sparse_safetensors(full, {W: ("F8_E4M3", (V41_ROWS, HEAD_DIM)), S: ("F8_E8M0", (V41_ROWS, 8))})
     pager = open_table(full, "pread")
-    for engine, op in (
-        ("mmap", "gather_fp8"),
-        ("pread", "gather_fp8"),
-        ("pread pyloop", "gather_fp8"),
-        ("pread", "lookup bf16"),
-    ):
+    for engine in ("mmap", "pread", "pread pyloop"):
         table = open_table(full, engine)
-        gather = table.gather_fp8 if op == "gather_fp8" else table
-        if "pyloop" in engine:
-            gather = lambda p, g=gather: python_loop(lambda: g(p))()
+        gather = (lambda p, t=table: python_loop(lambda: t.gather_fp8(p))()) if "pyloop" in engine else table.gather_fp8
         for p in prompts[: args.warm_prompts]:
             gather(p)
         BUDGET.reset()
