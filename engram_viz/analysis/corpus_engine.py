@@ -14,6 +14,11 @@ local cluster (``workers=N``) or of an existing one (``scheduler="tcp://host:878
   (``counts.key_partition``); share i is merged into partition i's running total on its worker,
   so a worker holds only the partitions it merges, never the whole corpus's keys. Partition i
   stays on worker i mod N (a loose restriction: another takes it over when that one is lost).
+  The local cluster runs without work stealing: Dask sizes a partition by its in-memory keys
+  only, so it looked cheap to move, and a moved partition travels with its spilled runs read back
+  into memory (2 workers, 100 M random-id tokens, 512 MB limit: worker peaks 2.6-2.9 GiB with
+  stealing, 1.0-1.1 GiB without, as one worker). On a cluster of your own, start the scheduler
+  with ``DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING=False`` for the same bound.
 - At the end the partitions, disjoint by key, merge into one ``NgramCounts`` on the client,
   each sent in pieces of ``PIECE_KEYS`` keys (a worker reads a piece from its spilled run), so
   neither side holds a whole partition.
@@ -53,6 +58,7 @@ def dask_client(workers: int | None = None, scheduler: str | None = None, proces
     """A ``dask.distributed.Client``: joined to ``scheduler`` when given, else on a fresh local
     cluster of ``workers`` single-threaded workers (``processes=False``: threads, for tests)."""
     try:
+        import dask
         from dask.distributed import Client, LocalCluster
     except ImportError:
         raise CorpusError(
@@ -65,6 +71,9 @@ def dask_client(workers: int | None = None, scheduler: str | None = None, proces
     if workers is None or workers < 1:
         raise CorpusError(f"workers must be a positive integer, got {workers!r}")
     with (
+        dask.config.set(
+            {"distributed.scheduler.work-stealing": False}
+        ),  # partitions stay put: see the module docstring
         LocalCluster(n_workers=workers, threads_per_worker=1, processes=processes, dashboard_address=None) as cluster,
         Client(cluster) as client,
     ):

@@ -165,12 +165,14 @@ class NgramCounts:
         self._spill.close()
 
     def __getstate__(self) -> dict:
-        """Pickled (to another process, maybe another machine): spilled runs travel as arrays."""
-        if self._spill:
-            for n in self.orders:
-                self._store[n] = {g: (np.array(lo), np.array(c)) for g, lo, c in self.groups(n)}
-            self._spill.close()
+        """Pickled (to another process, maybe another machine): spilled runs travel as arrays,
+        read for the copy only (this one stays as it was, its runs on disk)."""
+        stored = None
+        if self._spill:  # read first: groups() settles what is pending
+            stored = {n: {g: (np.array(lo), np.array(c)) for g, lo, c in self.groups(n)} for n in self.orders}
         state = dict(self.__dict__)
+        if stored is not None:
+            state["_store"] = stored
         state["_spill"] = SpillStore(self._spill.parent, self._spill.prefix)
         return state
 

@@ -55,6 +55,13 @@ def test_two_workers_count_exactly_one_process(corpus_files, v41_config, tokeniz
     assert (two.tokens, two.documents, two.files) == (one.tokens, one.documents, one.files)
 
 
+def test_local_cluster_steals_no_task():
+    """Partitions stay on their workers: a stolen merge would carry its partition's spilled runs
+    to the thief in memory (Dask sizes a partition by its in-memory keys only)."""
+    with dask_client(workers=2, processes=False) as client:
+        assert "stealing" not in client.run_on_scheduler(lambda dask_scheduler: set(dask_scheduler.extensions))
+
+
 def test_partitions_reach_the_client_in_pieces(corpus_files, v41_config, tokenizer, monkeypatch):
     """Partitions of many more keys than a piece, spilled on the workers: still exactly one process's counts."""
     one = count_corpus(corpus_files, v41_config, tokenizer, progress=False)

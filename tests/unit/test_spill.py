@@ -103,8 +103,12 @@ def test_counts_with_a_tiny_memory_limit_equal_counts_without(tmp_path):
     assert bounded == free
     merged = NgramCounts(cfg, memory_limit="1k", spill_dir=tmp_path).merge(bounded)
     assert merged == free
-    travelled = pickle.loads(pickle.dumps(bounded))  # spilled runs travel as arrays
+    bounded.add_compressed(np.array(seqs[1]))  # something pending when it is pickled
+    free.add_compressed(np.array(seqs[1]))
+    travelled = pickle.loads(pickle.dumps(bounded))  # spilled runs travel as arrays ...
     assert travelled == free and not travelled._spill
+    assert bounded._spill and bounded.n_distinct_stored() == 0  # ... read for the copy: the original stays on disk
+    assert bounded == free
     bounded.close()
     merged.close()
     assert not any(tmp_path.iterdir())
