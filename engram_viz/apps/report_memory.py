@@ -4,8 +4,10 @@ Reads the tiny LM's training n-gram counts (``analysis.gate_memory.training_coun
 the Debian sources once, then cached), the Trace's gates and, per position, the loss saved by the
 open gates (``tiny.probe.prompt_loss_saved``). Gives the tables ``gate_memory`` (per layer and
 memory group), ``gate_count_curve`` (per layer and training-count bin, with the Spearman
-correlation) and ``loss_by_category`` (mean loss saved per prompt category and memory group), and
-the figure ``gate_vs_memory``. Weights other than a tiny LM have no training text here: nothing.
+correlation), ``loss_by_category`` (mean loss saved per prompt category and memory group),
+``memory_targets`` (the three targets per layer, for the trigram) and ``memory_targets_by_order``
+(the same for each n-gram order ending at the position: which order's count the gate follows),
+and the figure ``gate_vs_memory``. Weights other than a tiny LM have no training text here: nothing.
 """
 
 from __future__ import annotations
@@ -39,6 +41,16 @@ def trace_loss_saved(lm: Any, trace: Trace) -> np.ndarray:
     return out
 
 
+def order_targets(trace: Trace, counts: Any, order: int) -> pd.DataFrame:
+    """``memory_targets`` with positions grouped by the training count of their ``order``-gram, with
+    a leading ``order`` column."""
+    frame = trace_memory_frame(trace, counts, order=order)
+    _, rho = gate_count_curve(frame)
+    targets = memory_targets(gate_memory_summary(frame), rho)
+    targets.insert(0, "order", order)
+    return targets
+
+
 def memory_section(
     trace: Trace, lm: Any, theme: str, say: Callable[[str], None]
 ) -> tuple[dict[str, pd.DataFrame], dict[str, tuple]]:
@@ -58,6 +70,7 @@ def memory_section(
     by_cat = frame.groupby(["category", "group"]).agg(positions=("gate", "size"), loss_saved=("loss_saved", "mean"))
     by_cat = by_cat.reset_index()[lambda d: d["group"].isin(("often", "seldom", "never", "random"))]
     targets = memory_targets(summary, rho)
+    by_order = pd.concat([order_targets(trace, counts, n) for n in lm.config.ngram_orders], ignore_index=True)
     spec = (
         lambda: gate_vs_memory(summary, curve, rho, theme=theme),
         "Gate versus memory: do gates open on n-grams the model read?",
@@ -66,9 +79,11 @@ def memory_section(
             f"training at least {OFTEN} times, 1-{OFTEN - 1} times or never, and on random-token "
             "controls, per Engram layer. Right: mean gate per bin of that training count, with the "
             "Spearman correlation of gate and log(1 + count). Tables gate_memory, gate_count_curve, "
-            "loss_by_category (loss saved by the open gates, nats, per prompt category and group)."
+            "loss_by_category (loss saved by the open gates, nats, per prompt category and group); "
+            "memory_targets_by_order groups the positions by their bigram, trigram and 4-gram instead."
         ),
     )
     tables = {"gate_memory": summary.astype({"group": str}), "gate_count_curve": curve.astype({"count_bin": str})}
     tables |= {"loss_by_category": by_cat.reset_index(drop=True), "memory_targets": targets}
+    tables["memory_targets_by_order"] = by_order
     return tables, {"gate_vs_memory": spec}

@@ -61,7 +61,7 @@ _MEMORY_INTRO = (
     "Does a gate open more where the model's memory holds the n-gram? Text positions grouped by how often "
     "the tiny LM read their trigram in training (its batches, not the whole training text), and random-token "
     "controls (tables gate_memory, "
-    "gate_count_curve, loss_by_category, memory_targets)."
+    "gate_count_curve, loss_by_category, memory_targets; memory_targets_by_order for the bigram and the 4-gram)."
 )
 
 

@@ -11,6 +11,7 @@ import warnings
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -148,3 +149,10 @@ def test_gate_versus_memory_section_comes_first_on_the_tiny_default(report_dir):
     summary = pd.read_parquet(report_dir / "tables" / "gate_memory.parquet")
     assert set(summary["group"]) == {"often", "seldom", "never", "random"}
     assert (summary["n"] > 0).all() and summary["mean_gate"].between(0, 1).all()
+    # per n-gram order: the trigram's rows are memory_targets itself, the other orders differ
+    by_order = pd.read_parquet(report_dir / "tables" / "memory_targets_by_order.parquet")
+    targets = pd.read_parquet(report_dir / "tables" / "memory_targets.parquet")
+    assert sorted(set(by_order["order"])) == [2, 3, 4]
+    trigram = by_order[by_order["order"] == 3].drop(columns="order").reset_index(drop=True)
+    pd.testing.assert_frame_equal(trigram, targets)
+    assert not np.allclose(by_order[by_order["order"] == 2]["spearman"], targets["spearman"])
