@@ -2,8 +2,8 @@
 100 M tokens, with 1 and 2 workers, for real text and for a worst case, under one memory limit.
 
     python benchmarks/corpus_scale.py [--tokens 1000000 10000000 100000000] [--workers 1 2]
-                                      [--corpus text random] [--limit 512MB] [--config v41-flash]
-                                      [--json OUT.json]
+                                      [--corpus text random] [--gzip] [--limit 512MB]
+                                      [--config v41-flash] [--json OUT.json]
 
 Corpora, written once per size as JSONL (one document a line) into a temporary folder:
 
@@ -12,6 +12,9 @@ Corpora, written once per size as JSONL (one document a line) into a temporary f
   n-grams stay those of the default corpus: the store stops growing).
 - ``random``: documents of 1,024 uniformly random raw ids (3..127,999) written out as the text of
   their tokens; tokenized again, almost every n-gram is distinct (the worst case for the store).
+
+``--gzip``: each corpus is counted gzipped (``.jsonl.gz``), which the client decompresses into a
+spool copy the workers read (``corpus_engine``).
 
 Each row runs in a fresh child process: a local cluster of ``--workers`` single-threaded worker
 processes counts the file (``count_corpus_dask``: batches tokenized and counted on the workers,
@@ -26,8 +29,10 @@ read back). The machine is shared and noisy: compare rows of one run. A benchmar
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -128,6 +133,7 @@ def main() -> None:
     p.add_argument("--tokens", type=int, nargs="+", default=[1_000_000, 10_000_000, 100_000_000])
     p.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     p.add_argument("--corpus", nargs="+", default=["text", "random"], choices=["text", "random"])
+    p.add_argument("--gzip", action="store_true", help="count the corpora gzipped (.jsonl.gz, level 1)")
     p.add_argument("--limit", default="512MB", help="the memory limit of the client and of each worker")
     p.add_argument("--json", default=None, help="also write the results here (after every row)")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -145,11 +151,16 @@ def main() -> None:
             for tokens in args.tokens:
                 path = Path(data) / f"{kind}-{tokens}.jsonl"
                 write_corpus(path, kind, tokens, tok)
+                if args.gzip:
+                    with path.open("rb") as src, gzip.open(path.with_suffix(".jsonl.gz"), "wb", compresslevel=1) as dst:
+                        shutil.copyfileobj(src, dst, 1 << 22)
+                    path.unlink()
+                    path = path.with_suffix(".jsonl.gz")
                 for workers in args.workers:
                     cmd = [sys.executable, __file__, "--child", str(path), "--workers", str(workers)]
                     cmd += ["--config", args.config, "--limit", args.limit]
                     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-                    r = {"corpus": kind, **json.loads(out.splitlines()[-1])}
+                    r = {"corpus": kind + (".gz" if args.gzip else ""), **json.loads(out.splitlines()[-1])}
                     results.append(r)
                     print(_row(r), flush=True)
                     if args.json:  # after every row: a long run killed part-way keeps what finished

@@ -63,9 +63,9 @@ class CorpusResult:
 
 
 def _count(job: tuple, out_dir, max_tokens, workers, scheduler, processes, limit) -> CorpusStats:
-    """The counting step of ``run_corpus``: in this process, or on Dask. Spilled runs go into a
-    hidden folder beside ``out_dir`` named like ``atomic_folder``'s build folder, so the next run
-    into ``out_dir`` clears what a killed run left."""
+    """The counting step of ``run_corpus``: in this process, or on Dask. Spilled runs (and on Dask,
+    the decompressed copies of gzipped files) go into hidden folders beside ``out_dir`` named like
+    ``atomic_folder``'s build folder, so the next run into ``out_dir`` clears what a killed run left."""
     files, cfg, tok, text_field, doc_mode, bos, progress = job
     target = Path(os.path.realpath(out_dir))
     counts = NgramCounts(cfg, int(tok.token_map[cfg.engram_pad_id]), limit, target.parent, f".{target.name}.new-spill")
@@ -75,6 +75,7 @@ def _count(job: tuple, out_dir, max_tokens, workers, scheduler, processes, limit
         return count_corpus_dask(
             client, checked_files(files), cfg, tok, text_field, doc_mode, bos,
             progress=progress, memory_limit=limit, counts=counts,
+            spool_dir=target.parent, spool_prefix=f".{target.name}.new-spool",
         )  # fmt: skip
 
 

@@ -9,7 +9,10 @@ local cluster (``workers=N``) or of an existing one (``scheduler="tcp://host:878
   and submits each batch as a task that names its bytes, not their text: read, tokenize, cut
   windows, count (``corpus_counts.count_batch``). So the workers must see the files at the same
   paths (one machine, or a shared file system). A gzipped file cannot be read from the middle:
-  its batches carry their text (about ``batch_chars`` characters), read by the client.
+  the client decompresses it, as it cuts it, into a temporary folder under ``spool_dir``, and the
+  batches name bytes of that copy (the workers must see ``spool_dir`` too). The copies take the
+  decompressed size on disk until the count ends (a lost worker's batches may be read again); no
+  text travels in a task.
 - Each batch's counts are split into ``partitions`` shares by a stable hash of the n-gram key
   (``counts.key_partition``); share i is merged into partition i's running total on its worker,
   so a worker holds only the partitions it merges, never the whole corpus's keys. Partition i
@@ -26,7 +29,7 @@ local cluster (``workers=N``) or of an existing one (``scheduler="tcp://host:878
   sorted runs to the worker's local directory (``spill``); the client's accumulator may spill
   under its own limit.
 
-Tasks carry (or name) their inputs, so a worker that dies loses nothing: the scheduler reruns its
+Tasks name their inputs, so a worker that dies loses nothing: the scheduler reruns its
 tasks elsewhere (``retries`` more for errors), and the counts stay exact. The scheduler keeps every
 finished task of a partition's merge chain for that (a lost partition is recomputed from its
 first batch on): a few hundred bytes per batch, as the tasks name their bytes. At most
@@ -35,6 +38,7 @@ first batch on): a few hundred bytes per batch, as the tasks name their bytes. A
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -46,7 +50,7 @@ from tqdm.auto import tqdm
 
 from engram_viz.analysis.corpus_counts import CorpusStats, count_batch, file_record
 from engram_viz.analysis.counts import NgramCounts
-from engram_viz.analysis.documents import CorpusError, Span, document_spans, iter_documents, iter_span_documents
+from engram_viz.analysis.documents import CorpusError, Span, document_spans, is_gzip, iter_span_documents
 from engram_viz.config import EngramConfig
 
 RETRIES = 3  # extra tries of a task that raised (a lost worker's tasks are rerun regardless)
@@ -80,34 +84,20 @@ def dask_client(workers: int | None = None, scheduler: str | None = None, proces
         yield client
 
 
-def _batches(files: list[Path], doc_args: tuple, batch_chars: int) -> Iterator[tuple[int, Any]]:
-    """``(file index, batch)`` in order: a batch is a :class:`~documents.Span` of a plain file, or
-    the ``(texts, continues)`` of whole documents of a gzipped one."""
+def _spans(files: list[Path], doc_mode: str, batch_chars: int, spool: Path | None) -> Iterator[tuple[int, Span]]:
+    """``(file index, span)`` in order: byte spans of whole documents of about ``batch_chars`` bytes;
+    a gzipped file's spans are of its decompressed copy in ``spool``, written as they are cut."""
     for fi, path in enumerate(files):
-        if not path.name.lower().endswith(".gz"):
-            yield from ((fi, span) for span in document_spans(path.absolute(), doc_args[1], batch_chars))
-            continue
-        texts, continues, size = [], [], 0
-        for text, cont in iter_documents(path, *doc_args):
-            if not cont and size >= batch_chars:  # cut only where a document starts
-                yield fi, (texts, continues)
-                texts, continues, size = [], [], 0
-            texts.append(text)
-            continues.append(cont)
-            size += len(text)
-        if texts:
-            yield fi, (texts, continues)
+        copy = spool / f"{fi:06d}-{path.name[:-3]}" if is_gzip(path) else None
+        yield from ((fi, span) for span in document_spans(path.absolute(), doc_mode, batch_chars, copy))
 
 
-def _task(batch, doc_args, config, tok, bos, partitions):
-    """On a worker: read and count one batch, split its counts into ``partitions`` shares."""
-    if isinstance(batch, Span):
-        texts, continues = [], []
-        for text, cont in iter_span_documents(batch, *doc_args):
-            texts.append(text)
-            continues.append(cont)
-    else:
-        texts, continues = batch
+def _task(span: Span, doc_args, config, tok, bos, partitions):
+    """On a worker: read and count one span, split its counts into ``partitions`` shares."""
+    texts, continues = [], []
+    for text, cont in iter_span_documents(span, *doc_args):
+        texts.append(text)
+        continues.append(cont)
     counts, raw, tokens = count_batch(texts, continues, config, tok, bos)
     return counts.split(partitions), raw, tokens, continues.count(False)
 
@@ -184,11 +174,15 @@ def count_corpus_dask(
     progress: bool = True,
     memory_limit: int | None = None,
     counts: NgramCounts | None = None,
+    spool_dir: str | Path | None = None,
+    spool_prefix: str = "engram-spool-",
 ) -> CorpusStats:
     """``count_corpus`` on the cluster behind ``client`` (see the module docstring). ``memory_limit``
     (bytes): each worker's budget for the keys of its partitions, split evenly among them; past
     it a partition spills sorted runs to disk. ``counts``: the client's accumulator for the merged
-    partitions (e.g. one with its own memory limit); a fresh in-memory one by default."""
+    partitions (e.g. one with its own memory limit); a fresh in-memory one by default.
+    ``spool_dir`` (default: the system's temporary folder): where a folder named ``spool_prefix...``
+    holds the decompressed copies of gzipped files while the count runs; removed at the end."""
     from dask.distributed import wait
 
     addresses = sorted(client.scheduler_info().get("workers", {}))
@@ -215,10 +209,12 @@ def count_corpus_dask(
         bar.update(n)
 
     doc_args = (text_field, doc_mode, max_doc_chars)
+    gzipped = any(map(is_gzip, files))
+    spool = tempfile.TemporaryDirectory(suffix=".tmp", prefix=spool_prefix, dir=spool_dir) if gzipped else None
     try:
-        for fi, batch in _batches(files, doc_args, batch_chars):
+        for fi, span in _spans(files, doc_mode, batch_chars, Path(spool.name).absolute() if spool else None):
             bar.set_postfix_str(files[fi].name)
-            fut = client.submit(_task, batch, doc_args, cfg, tok_f, bos, parts, pure=False, retries=RETRIES)
+            fut = client.submit(_task, span, doc_args, cfg, tok_f, bos, parts, pure=False, retries=RETRIES)
             for i in range(parts):
                 share = client.submit(_share, fut, i, pure=False, retries=RETRIES)
                 home = [addresses[i % len(addresses)]] if addresses else None  # a partition stays on its worker
@@ -236,6 +232,8 @@ def count_corpus_dask(
         _gather(client, totals, counts)
     finally:
         bar.close()
+        if spool:
+            spool.cleanup()
     stats = CorpusStats(counts, raw_counts, records, tokens, documents, False)
     stats.elapsed_s = time.perf_counter() - t0
     return stats

@@ -10,9 +10,11 @@ decoded as UTF-8 with invalid bytes replaced by U+FFFD.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -25,16 +27,27 @@ JSONL_SUFFIXES = (".jsonl", ".ndjson")
 
 class Span(NamedTuple):
     """Bytes ``start:stop`` of a plain-text corpus file, cut where a document starts; ``line0``:
-    the lines before it (as the file's own reading counts them)."""
+    the lines before it (as the file's own reading counts them); ``source``: the gzipped corpus
+    file that ``path`` is the decompressed copy of (named in errors), None for a plain file."""
 
     path: Path
     start: int
     stop: int
     line0: int
+    source: Path | None = None
+
+    @property
+    def shown(self) -> Path:
+        """The corpus file the span's documents come from, as errors name it."""
+        return self.source or self.path
 
 
 class CorpusError(EngramVizError, ValueError):
     """A corpus file is missing or malformed, or the default corpus is not installed."""
+
+
+def is_gzip(path: str | Path) -> bool:
+    return Path(path).name.lower().endswith(".gz")
 
 
 def is_jsonl(path: str | Path) -> bool:
@@ -46,7 +59,7 @@ def is_jsonl(path: str | Path) -> bool:
 def _open_text(path: Path) -> io.TextIOBase:
     if not path.is_file():
         raise CorpusError(f"corpus file {path} does not exist")
-    if path.name.lower().endswith(".gz"):
+    if is_gzip(path):
         return gzip.open(path, "rt", encoding="utf-8", errors="replace", newline="")
     return open(path, encoding="utf-8", errors="replace", newline="")
 
@@ -73,28 +86,57 @@ def iter_documents(
         yield from _parse(fh, path, text_field, doc_mode, max_doc_chars, 0)
 
 
-def document_spans(path: str | Path, doc_mode: str = "paragraph", span_bytes: int = 1 << 22) -> Iterator[Span]:
-    """A plain (not gzipped) file cut into byte spans of whole documents, each of about
-    ``span_bytes`` or more: a cut falls only after a line end, and in ``paragraph`` mode only after
-    a blank line, so the documents of the spans (:func:`iter_span_documents`) are exactly the
-    file's. ``file`` mode is one span. Reads the file once, a line at a time."""
+def document_spans(
+    path: str | Path, doc_mode: str = "paragraph", span_bytes: int = 1 << 22, spool: str | Path | None = None
+) -> Iterator[Span]:
+    """A corpus file cut into byte spans of whole documents, each of about ``span_bytes`` or more:
+    a cut falls only after a line end, and in ``paragraph`` mode only after a blank line, so the
+    documents of the spans (:func:`iter_span_documents`) are exactly the file's. ``file`` mode is
+    one span. Reads the file once, a line at a time.
+
+    A gzipped file cannot be read from the middle: it is decompressed into ``spool`` (a new plain
+    file, required then) as it is read, the spans are of ``spool`` (``source``: the gzipped file),
+    and each span's bytes are on disk (flushed and synced) before it is yielded."""
     path = Path(path)
     if doc_mode not in DOC_MODES:
         raise CorpusError(f"doc_mode {doc_mode!r} unknown; expected one of {DOC_MODES}")
     if not path.is_file():
         raise CorpusError(f"corpus file {path} does not exist")
+    gz = is_gzip(path)
+    if gz and spool is None:
+        raise ValueError(f"{path} is gzipped: document_spans needs a spool file to decompress it into")
     every_line = is_jsonl(path) or doc_mode == "line"  # else after a blank line (paragraph) or never (file)
     start = pos = lines = line0 = 0
-    with open(path, "rb") as fh:
-        for line in fh:  # binary lines end at b"\n"; a \r\n only at the end of one
-            pos += len(line)
-            lines += line.count(b"\n") + line.count(b"\r") - line.count(b"\r\n")  # as newline="" reads them
-            cut = every_line or (doc_mode == "paragraph" and not line.strip())
-            if cut and pos - start >= span_bytes:
-                yield Span(path, start, pos, line0)
-                start, line0 = pos, lines
+    try:
+        with (
+            gzip.open(path, "rb") if gz else open(path, "rb") as fh,
+            open(spool, "xb") if gz else contextlib.nullcontext() as copy,
+        ):
+            spanned = Path(spool) if gz else path
+            source = path if gz else None
+            for line in fh:  # binary lines end at b"\n"; a \r\n only at the end of one
+                if copy:
+                    copy.write(line)
+                pos += len(line)
+                lines += line.count(b"\n") + line.count(b"\r") - line.count(b"\r\n")  # as newline="" reads them
+                cut = every_line or (doc_mode == "paragraph" and not line.strip())
+                if cut and pos - start >= span_bytes:
+                    _synced(copy)
+                    yield Span(spanned, start, pos, line0, source)
+                    start, line0 = pos, lines
+            _synced(copy)
+    except (OSError, EOFError) as err:  # a corrupt or truncated gzip stream, a full disk
+        into = f" (decompressing into {spool})" if gz else ""
+        raise CorpusError(f"corpus file {path} could not be read{into}: {err}") from None
     if pos > start:
-        yield Span(path, start, pos, line0)
+        yield Span(spanned, start, pos, line0, source)
+
+
+def _synced(copy) -> None:
+    """The bytes written to a decompressed copy on disk, for readers on other machines too."""
+    if copy:
+        copy.flush()
+        os.fsync(copy.fileno())
 
 
 def iter_span_documents(
@@ -107,9 +149,10 @@ def iter_span_documents(
             fh.seek(span.start)
             data = fh.read(span.stop - span.start)
     except OSError as err:
-        raise CorpusError(f"corpus file {span.path} could not be read: {err}") from None
+        copy = f" (its decompressed copy {span.path})" if span.source else ""
+        raise CorpusError(f"corpus file {span.shown} could not be read{copy}: {err}") from None
     with io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="replace", newline="") as fh:
-        yield from _parse(fh, span.path, text_field, doc_mode, max_doc_chars, span.line0)
+        yield from _parse(fh, span.shown, text_field, doc_mode, max_doc_chars, span.line0)
 
 
 def _parse(

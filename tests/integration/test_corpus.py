@@ -19,7 +19,7 @@ from engram_viz.analysis.corpus import run_corpus
 from engram_viz.analysis.corpus_counts import count_corpus
 from engram_viz.analysis.corpus_sources import default_corpus_files, kjv_chapters_text, unwrap_paragraphs
 from engram_viz.analysis.counts import NgramCounts
-from engram_viz.analysis.documents import CorpusError, document_spans, iter_documents, iter_span_documents
+from engram_viz.analysis.documents import DOC_MODES, CorpusError, document_spans, iter_documents, iter_span_documents
 from engram_viz.analysis.hashes import rows_from_windows
 from engram_viz.analysis.windows import StreamWindows
 from engram_viz.cli import main
@@ -97,10 +97,19 @@ def test_document_spans_hold_exactly_the_files_documents(tmp_path, text_file):
     odd.write_bytes(TEXT.encode() + b"a\r\nb\r\n \t\r\nc\rd\r\re\n\xff\xfe x\n\n\n" + b"long line " * 30 + b"\nend")
     jl = tmp_path / "docs.jsonl"
     jl.write_text("".join(json.dumps({"text": p}) + "\n" for p in PARAGRAPHS * 3) + "\n")
-    for path, mode in [(f, m) for f in (text_file, odd) for m in ("paragraph", "line", "file")] + [(jl, "paragraph")]:
-        for span_bytes in (1, 40, 1 << 20):
-            spans = list(document_spans(path, mode, span_bytes))
-            assert spans[0].start == 0 and spans[-1].stop == path.stat().st_size
+    files = [text_file, odd, jl]
+    for f in list(files):  # gzipped: decompressed into a spool copy as it is cut
+        files.append(tmp_path / f"{f.name}.gz")
+        files[-1].write_bytes(gzip.compress(f.read_bytes()))
+    for path in files:
+        for mode, span_bytes in itertools.product(
+            ("paragraph",) if "jsonl" in path.name else DOC_MODES, (1, 40, 1 << 20)
+        ):
+            copy = tmp_path / f"copy-{mode}-{span_bytes}-{path.name[:-3]}" if path.suffix == ".gz" else None
+            spans = list(document_spans(path, mode, span_bytes, copy))
+            plain = copy or path
+            assert all(s.path == plain and s.source == (path if copy else None) for s in spans)
+            assert spans[0].start == 0 and spans[-1].stop == plain.stat().st_size
             assert all(a.stop == b.start for a, b in itertools.pairwise(spans))
             assert len(spans) > 1 or span_bytes > 40 or mode == "file"
             read = [p for s in spans for p in iter_span_documents(s, doc_mode=mode, max_doc_chars=50)]
@@ -108,6 +117,15 @@ def test_document_spans_hold_exactly_the_files_documents(tmp_path, text_file):
     jl.write_text('{"text": "ok"}\r\n{"text": "ok"}\r{"text": "ok"}\nnot json\n')
     with pytest.raises(CorpusError, match="docs.jsonl:4: not valid JSON"):
         [p for s in document_spans(jl, span_bytes=1) for p in iter_span_documents(s)]
+    gz = tmp_path / "docs.jsonl.gz"
+    gz.write_bytes(gzip.compress(jl.read_bytes()))
+    with pytest.raises(CorpusError, match="docs.jsonl.gz:4: not valid JSON"):  # the gzipped file, not its copy
+        [p for s in document_spans(gz, span_bytes=1, spool=tmp_path / "c1") for p in iter_span_documents(s)]
+    gz.write_bytes(gzip.compress(jl.read_bytes())[:-9])
+    with pytest.raises(CorpusError, match="corpus file .*docs.jsonl.gz could not be read"):
+        list(document_spans(gz, spool=tmp_path / "c2"))
+    with pytest.raises(ValueError, match="gzipped: document_spans needs a spool file"):
+        list(document_spans(gz))
     with pytest.raises(CorpusError, match="doc_mode"):
         list(document_spans(jl, doc_mode="chapter"))
 

@@ -135,3 +135,36 @@ def test_killed_worker_is_rerun_and_counts_stay_exact(corpus_files, v41_config, 
     assert two.counts == one.counts
     assert np.array_equal(two.raw_counts, one.raw_counts)
     assert (two.tokens, two.documents, two.files) == (one.tokens, one.documents, one.files)
+
+
+def test_gzipped_files_travel_as_spans_of_a_decompressed_copy(
+    corpus_files, v41_config, tokenizer, tmp_path, monkeypatch
+):
+    """No task carries text: a gzipped file's batches name bytes of its copy, decompressed by the
+    client under ``spool_dir`` (so nothing the scheduler keeps grows with the corpus); the copy is
+    removed when the count ends, and ``run_corpus`` leaves nothing beside its output."""
+    one = count_corpus(corpus_files, v41_config, tokenizer, progress=False)
+    tasks = []
+    cut = corpus_engine._spans
+
+    def spy(*args):  # each span as the client submits it: its bytes already on disk?
+        for fi, span in cut(*args):
+            tasks.append((span, span.path.stat().st_size >= span.stop))
+            yield fi, span
+
+    monkeypatch.setattr(corpus_engine, "_spans", spy)
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    with dask_client(workers=2, processes=False) as client:
+        two = count_corpus_dask(
+            client, corpus_files, v41_config, tokenizer, batch_chars=2000, progress=False, spool_dir=spool
+        )
+    assert two.counts == one.counts and two.files == one.files
+    gz = corpus_files[1]
+    copies = {span.path for span, _ in tasks if span.source == gz}
+    assert len(copies) == 1 and next(iter(copies)).parent.parent == spool  # one copy, in a folder under spool_dir
+    assert all(exists for _, exists in tasks) and len(tasks) > 4
+    assert {span.path for span, _ in tasks if span.source is None} == {corpus_files[0].absolute()}
+    assert list(spool.iterdir()) == []  # the copy's folder removed at the end
+    run_corpus(corpus_files, tmp_path / "out", v41_config, tokenizer, progress=False, workers=2, processes=False)
+    assert not [p for p in tmp_path.iterdir() if ".new-" in p.name]
