@@ -45,6 +45,7 @@ from engram_viz.analysis.spill import parse_memory_limit
 from engram_viz.analysis.usage import RowUsage
 from engram_viz.config import EngramConfig, load_config
 from engram_viz.core.tokenizer import get_tokenizer
+from engram_viz.weights.default import default_config
 
 
 def peak_rss_mb() -> float:
@@ -82,7 +83,7 @@ def _count(job: tuple, out_dir, max_tokens, workers, scheduler, processes, limit
 def run_corpus(
     files: Iterable[str | Path] | None,
     out_dir: str | Path,
-    config: EngramConfig | str = "tiny",
+    config: EngramConfig | str | None = None,
     tokenizer=None,
     max_tokens: int | None = None,
     text_field: str = "text",
@@ -96,14 +97,15 @@ def run_corpus(
     processes: bool = True,
     memory_limit: int | str | None = None,
 ) -> CorpusResult:
-    """The ``engram-viz corpus`` job: count ``files`` (None: ``default_corpus_files()``), derive
+    """The ``engram-viz corpus`` job: count ``files`` (None: ``default_corpus_files()``) under
+    ``config`` (None: the embedded default model's, as ``count_corpus``), derive
     the row-usage and collision tables, write them and ``summary.json`` to ``out_dir`` (whole, or
     not at all). ``workers`` > 1 or ``scheduler``: count on Dask (``corpus_engine``; a local
     cluster of ``workers``, or the cluster at ``scheduler``), with the same tables.
     ``memory_limit`` (bytes or a size like ``"2GB"``): the n-gram store's budget in this process
     and on each worker; past it sorted runs spill to disk (``spill``): here into a hidden folder
     beside ``out_dir`` named like the build folder, so a killed run's runs are cleared by the next."""
-    cfg = load_config(config)
+    cfg = load_config(default_config() if config is None else config)
     distributed = bool(scheduler) or (workers or 1) > 1
     if distributed and max_tokens is not None:
         raise CorpusError("max_tokens needs one process (the cap follows file order); drop --workers/--scheduler")

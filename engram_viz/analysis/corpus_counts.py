@@ -30,6 +30,7 @@ from engram_viz.analysis.windows import StreamWindows
 from engram_viz.config import EngramConfig, load_config
 from engram_viz.core.tokenizer import BOS_ID, get_tokenizer
 from engram_viz.run.prompts import load_prompts
+from engram_viz.weights.default import default_config
 
 SAMPLE_TOKENS = 60_000  # tokens per default corpus file in corpus_sample, unless the environment says
 
@@ -153,7 +154,7 @@ def checked_files(files: Iterable[str | Path], max_tokens: int | None = None) ->
 
 def count_corpus(
     files: Iterable[str | Path],
-    config: EngramConfig | str = "tiny",
+    config: EngramConfig | str | None = None,
     tokenizer=None,
     max_tokens: int | None = None,
     text_field: str = "text",
@@ -164,9 +165,11 @@ def count_corpus(
     progress: bool = True,
     counts: NgramCounts | None = None,
 ) -> CorpusStats:
-    """Stream ``files`` into an :class:`NgramCounts` (documents as in the module docstring).
-    Memory: one batch of about ``batch_chars`` characters at a time, plus the counts."""
-    cfg = load_config(config)
+    """Stream ``files`` into an :class:`NgramCounts` (documents as in the module docstring) under
+    ``config`` (default: the embedded default model's, ``weights.default.default_config``, so the
+    row ids are the ones its runs show). Memory: one batch of about ``batch_chars`` characters at
+    a time, plus the counts."""
+    cfg = load_config(default_config() if config is None else config)
     tok = tokenizer if tokenizer is not None else get_tokenizer(cfg)
     files = checked_files(files, max_tokens)
     stream = StreamWindows(cfg, tok.token_map)

@@ -27,6 +27,7 @@ from engram_viz.config import load_config
 from engram_viz.core.hashing import hash_prompt
 from engram_viz.core.layout import EngramLayout
 from engram_viz.core.tokenizer import BOS_ID
+from engram_viz.weights.default import default_config
 
 TEXT = (
     "In the beginning God created the heaven and the earth.\n"
@@ -236,6 +237,16 @@ def test_run_corpus_writes_tables(tmp_path, text_file, tokenizer):
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
     cov = pd.read_parquet(out / "row_usage_columns.parquet")
     assert cov.hits.groupby(cov.layer).sum().eq(result.stats.tokens * 24).all()
+
+
+def test_corpus_functions_default_to_the_default_models_config(tmp_path, text_file, tokenizer):
+    """Without a config, the library counts under the embedded default model's config (as the CLI
+    does), not the ``tiny`` preset, whose table sizes differ: row ids match a default run's."""
+    default = default_config()
+    assert default.engram_num_embeddings != load_config("tiny").engram_num_embeddings
+    assert count_corpus([text_file], tokenizer=tokenizer, progress=False).counts.config == default
+    result = run_corpus([text_file], tmp_path / "out", tokenizer=tokenizer, progress=False)
+    assert result.stats.counts.config == default and result.summary["config"] == default.name
 
 
 def test_cli_corpus(tmp_path, text_file, capsys):
