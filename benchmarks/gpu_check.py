@@ -286,7 +286,9 @@ def parse(argv):
     p.add_argument("--gemms", default="bf16,float32", help="wkv GEMM paths to time, comma-separated")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default=None, help="device to check against the CPU (default: cuda)")
+    p.add_argument(
+        "--device", default=None, help="device to check against the CPU (default: cuda; cpu: float32 GEMM vs bf16)"
+    )
     p.add_argument("--dry-run", action="store_true", help="no CUDA: run the CPU parts at tiny widths and exit 0")
     p.add_argument("--json-out", default=None, help="also write the figures to this JSON file")
     args = p.parse_args(argv)
@@ -319,7 +321,8 @@ def main(argv: list[str] | None = None) -> int:
     res: dict = {"tokens": args.tokens, "mode": args.mode, "label": label, "t_hash_s": t_hash, "dry_run": dry}
 
     keep = ("hash_ids", "rows", "key", "dot", "gate")
-    cpu = Engram.from_weights(config, weights, mode=args.mode, device="cpu", gemm="float32" if dry else "auto")
+    on_cpu = dev.type == "cpu"  # the CPU stands in for the device: float32 GEMM against the bf16 one
+    cpu = Engram.from_weights(config, weights, mode=args.mode, device="cpu", gemm="float32" if on_cpu else "auto")
     t = time.perf_counter()
     _, seen_c = run(cpu, x, ids, mask, keep)
     res["t_cpu_s"] = time.perf_counter() - t
@@ -330,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     name = "CUDA" if cuda else f"{dev} (bf16 GEMM)"
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-    gpu = Engram.from_weights(config, weights, mode=args.mode, device=dev, gemm="bf16" if dry else "auto")
+    gpu = Engram.from_weights(config, weights, mode=args.mode, device=dev, gemm="bf16" if on_cpu else "auto")
     xg = x.to(dev)
     out_g, seen_g = run(gpu, xg, ids, mask, keep)
     failures = agreement(name, seen_c, seen_g, x, out_g, mask, res)

@@ -2,7 +2,8 @@
 # GPU check (issues 3 and 14), one command from the repository root of a bare machine:
 #
 #   bash benchmarks/gpu_check.sh            # with a CUDA device: under 8 minutes on an H200 machine
-#   bash benchmarks/gpu_check.sh --dry-run  # no CUDA: the CPU parts at tiny widths, exit 0
+#   bash benchmarks/gpu_check.sh --dry-run  # no CUDA: the CPU parts at tiny widths, then at full widths
+#                                           # with the CPU as the device (512 tokens); exit 0 when they pass
 #
 # 1. the CUDA tests (tests that skip without CUDA: CPU vs CUDA agreement, the bf16 GEMM on CUDA,
 #    pinned host-to-device rows);
@@ -64,10 +65,17 @@ export ENGRAM_VIZ_CACHE="${ENGRAM_VIZ_CACHE:-${TMPDIR:-/tmp}/engram-viz-cache}"
   echo "== 2. CPU vs CUDA hooks and the prefill against the roofline =="
   timeout 300 "$PY" benchmarks/gpu_check.py "${args[@]}"
   check=$?
+  wide=0
+  if [ "$dry" = 1 ]; then
+    echo
+    echo "== 3. (dry run) step 2 at V4.1-Flash widths, 512 tokens, the CPU standing in for the device =="
+    timeout 300 "$PY" benchmarks/gpu_check.py --device cpu --tokens 512 --repeats 1
+    wide=$?
+  fi
   echo
-  echo "tests exit ${tests}, check exit ${check}"
+  echo "tests exit ${tests}, check exit ${check}$([ "$dry" = 1 ] && echo ", full-width CPU check exit ${wide}")"
   # pytest exits 5 when every selected test was deselected; a dry run skips them all (exit 0)
-  [ "$tests" = 0 ] && [ "$check" = 0 ] && exit 0
+  [ "$tests" = 0 ] && [ "$check" = 0 ] && [ "$wide" = 0 ] && exit 0
   exit 1
 } 2>&1 | tee "$out"
 status=${PIPESTATUS[0]}
