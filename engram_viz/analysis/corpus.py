@@ -36,7 +36,7 @@ from engram_viz import settings
 from engram_viz._files import atomic_folder, atomic_write_text, write_table
 from engram_viz.analysis.collisions import CollisionStats, analyse_together
 from engram_viz.analysis.corpus_counts import CorpusStats, checked_files, count_corpus
-from engram_viz.analysis.corpus_engine import count_corpus_dask, dask_client
+from engram_viz.analysis.corpus_engine import checked_workers, count_corpus_dask, dask_client
 from engram_viz.analysis.corpus_sources import default_corpus_files, default_corpus_sources
 from engram_viz.analysis.counts import NgramCounts
 from engram_viz.analysis.decoder import NgramDecoder
@@ -106,6 +106,8 @@ def run_corpus(
     and on each worker; past it sorted runs spill to disk (``spill``): here into a hidden folder
     beside ``out_dir`` named like the build folder, so a killed run's runs are cleared by the next."""
     cfg = load_config(default_config() if config is None else config)
+    if workers is not None:
+        checked_workers(workers)
     distributed = bool(scheduler) or (workers or 1) > 1
     if distributed and max_tokens is not None:
         raise CorpusError("max_tokens needs one process (the cap follows file order); drop --workers/--scheduler")

@@ -72,8 +72,7 @@ def dask_client(workers: int | None = None, scheduler: str | None = None, proces
         with Client(scheduler) as client:
             yield client
         return
-    if workers is None or workers < 1:
-        raise CorpusError(f"workers must be a positive integer, got {workers!r}")
+    checked_workers(workers)
     with (
         dask.config.set(
             {"distributed.scheduler.work-stealing": False}
@@ -82,6 +81,13 @@ def dask_client(workers: int | None = None, scheduler: str | None = None, proces
         Client(cluster) as client,
     ):
         yield client
+
+
+def checked_workers(workers: Any) -> int:
+    """``workers`` if it is a positive integer, else ``CorpusError``."""
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise CorpusError(f"workers must be a positive integer, got {workers!r}")
+    return workers
 
 
 def _spans(files: list[Path], doc_mode: str, batch_chars: int, spool: Path | None) -> Iterator[tuple[int, Span]]:

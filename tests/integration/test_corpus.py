@@ -249,6 +249,13 @@ def test_corpus_functions_default_to_the_default_models_config(tmp_path, text_fi
     assert result.stats.counts.config == default and result.summary["config"] == default.name
 
 
+def test_run_corpus_refuses_workers_that_are_not_a_positive_integer(tmp_path, text_file, tokenizer):
+    for workers in (0, -2, 1.5, True):
+        with pytest.raises(CorpusError, match=f"workers must be a positive integer, got {workers!r}"):
+            run_corpus([text_file], tmp_path / "out", "tiny", tokenizer, workers=workers, progress=False)
+    assert not (tmp_path / "out").exists()
+
+
 def test_cli_corpus(tmp_path, text_file, capsys):
     out = tmp_path / "cli"
     assert main(["corpus", str(text_file), "--out", str(out), "--max-tokens", "20", "--no-progress", "--top", "2"]) == 0
