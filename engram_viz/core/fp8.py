@@ -7,6 +7,9 @@ as an fp8 GEMM whose input activations are quantised per 32 values with power-of
 
 from __future__ import annotations
 
+import functools
+
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -23,15 +26,41 @@ def _check_fp8(name: str, t: torch.Tensor, dtype: torch.dtype) -> None:
 
 
 def dequantize_rows(weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """Table rows: e4m3 ``[..., D]`` x e8m0 ``[..., D/32]`` -> bf16 ``[..., D]`` (float32 multiply)."""
+    """Table rows: e4m3 ``[..., D]`` x e8m0 ``[..., D/32]`` -> bf16 ``[..., D]``: the float32 multiply,
+    rounded to bf16; on the CPU its result is looked up per (scale byte, weight byte) pair instead."""
     _check_fp8("weight", weight, torch.float8_e4m3fn)
     _check_fp8("scale", scale, torch.float8_e8m0fnu)
     if weight.shape[-1] != scale.shape[-1] * BLOCK or weight.shape[:-1] != scale.shape[:-1]:
         raise ValueError(
             f"row weight {list(weight.shape)} and scale {list(scale.shape)} do not pair (32 features per scale)"
         )
+    on_cpu = weight.device.type == scale.device.type == "cpu"
+    if on_cpu and not (weight.requires_grad or scale.requires_grad):
+        return _rows_by_table(weight, scale)
+    return _rows_by_arithmetic(weight, scale)
+
+
+def _rows_by_arithmetic(weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     values = weight.float().unflatten(-1, (-1, BLOCK)) * scale.float().unsqueeze(-1)
     return values.flatten(-2).to(torch.bfloat16)
+
+
+@functools.cache
+def _pair_values() -> np.ndarray:
+    """bf16 bits (int16) ``[256 * 256]``: ``_rows_by_arithmetic`` of every (scale byte, weight byte)
+    pair, at ``scale_byte * 256 + weight_byte`` (128 KiB)."""
+    every = torch.arange(256, dtype=torch.uint8)
+    weight = every.repeat(256, 1).view(torch.float8_e4m3fn)  # row i: every weight byte
+    scale = every.repeat_interleave(256 // BLOCK).reshape(256, -1).view(torch.float8_e8m0fnu)  # row i: byte i
+    return _rows_by_arithmetic(weight, scale).view(torch.int16).numpy().reshape(-1)
+
+
+def _rows_by_table(weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """``_rows_by_arithmetic`` looked up: one table read per value instead of two casts and a multiply
+    (about 3x faster on a CPU, where torch casts e4m3 element by element)."""
+    w = weight.contiguous().view(torch.uint8).numpy().reshape(*scale.shape, BLOCK)
+    at = (scale.contiguous().view(torch.uint8).numpy().astype(np.uint16)[..., None] << 8) | w
+    return torch.from_numpy(np.take(_pair_values(), at).reshape(weight.shape)).view(torch.bfloat16)
 
 
 def dequantize_blocks(weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:

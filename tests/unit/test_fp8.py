@@ -75,6 +75,20 @@ def test_dequantize_rows_rounds_through_float32_then_bf16():
     assert got.shape == (5, 3, 96) and torch.equal(got, want)
 
 
+def test_dequantize_rows_every_weight_and_scale_byte():
+    """All 65,536 (weight byte, scale byte) pairs, spread over leading dims, against the test's own
+    decoder: the value times 2**(scale - 127), rounded to float32 and then to bf16; NaN bytes give NaN."""
+    every = torch.arange(256, dtype=torch.uint8)
+    weight = every.repeat(256, 1).reshape(16, 16, 256).view(torch.float8_e4m3fn)  # [scale byte, weight byte]
+    scale = every.repeat_interleave(8).reshape(16, 16, 8).view(torch.float8_e8m0fnu)
+    got = fp8.dequantize_rows(weight, scale).double().numpy().reshape(256, 256)
+    exact = np.array([e4m3_value(b) for b in range(256)])[None, :] * 2.0 ** (np.arange(256)[:, None] - 127.0)
+    exact[255] = np.nan  # e8m0 0xFF
+    with np.errstate(over="ignore"):  # 448 * 2**127 is past float32: inf, as the float32 multiply gives
+        want = bf16_round(exact)
+    assert np.array_equal(got, want, equal_nan=True)
+
+
 def test_dequantize_blocks_hand_picked_and_ragged_shape():
     g = torch.Generator().manual_seed(1)
     weight = torch.randn(40, 70, generator=g).to(torch.float8_e4m3fn)  # 2 x 3 blocks, the last ragged
