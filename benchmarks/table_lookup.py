@@ -7,8 +7,9 @@ ids of ``--tokens``-token prompts (x 24 ids a token): ``real`` (the default corp
 V4.1-Flash's first Engram layer, folded into the table's rows: frequent n-grams repeat) or
 ``uniform``. Three ways, each rep on a new prompt, interleaved:
 
-- ``reference``: ``ParallelEngramEmbedding.forward`` of the reference (world size 1) transcribed
-  literally: ``F.embedding`` of weight and scale, float32 multiply per 32 features, bf16;
+- ``reference``: ``ParallelEngramEmbedding.forward`` of the reference (world size 1) as
+  ``tests/reference_model.py`` transcribes it: ``F.embedding`` of weight and scale, float32
+  multiply per 32 features, bf16;
 - ``library, arithmetic``: ``InMemoryTable.__call__`` with the dequantisation done by the same
   float32 arithmetic (``fp8._rows_by_arithmetic``, the path before the lookup table and still the
   path off the CPU);
@@ -30,9 +31,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
 from engram_viz.core import fp8
 from engram_viz.weights.tables import InMemoryTable
@@ -40,18 +41,15 @@ from engram_viz.weights.tables import InMemoryTable
 HEAD_DIM, BLOCK = 256, 32
 
 
-def reference_lookup(weight: torch.Tensor, scale: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
-    """``ParallelEngramEmbedding.forward`` with world_size 1 (rows 0..num_embeddings-1 on this rank)."""
-    vocab_start_idx, vocab_end_idx = 0, weight.shape[0]
-    mask = (indices < vocab_start_idx) | (indices >= vocab_end_idx)
-    local_indices = indices - vocab_start_idx
-    local_indices = local_indices.masked_fill(mask, 0)
-    values = F.embedding(local_indices, weight)
-    scales = F.embedding(local_indices, scale)
-    values = values.float().unflatten(-1, (-1, BLOCK)) * scales.float().unsqueeze(-1)
-    values = values.flatten(-2).to(torch.bfloat16)
-    values = values.masked_fill(mask.unsqueeze(-1), 0)
-    return values
+def reference_table(weight: torch.Tensor, scale: torch.Tensor):
+    """The reference's ``ParallelEngramEmbedding`` (world size 1) as ``tests/reference_model.py``
+    transcribes it line for line, holding ``weight`` and ``scale``."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from reference_model import ParallelEngramEmbedding
+
+    table = ParallelEngramEmbedding(weight.shape[0], weight.shape[1])
+    table.weight.data, table.scale.data = weight, scale
+    return table
 
 
 def library_arithmetic(table: InMemoryTable, ids: torch.Tensor) -> torch.Tensor:
@@ -90,7 +88,7 @@ def main() -> None:
     table = InMemoryTable(weight, scale)
     prompts = prompt_ids(args.ids, args.reps + 1, args.tokens, args.rows)
     ways = {
-        "reference (transcribed)": lambda ids: reference_lookup(weight, scale, ids),
+        "reference (transcribed)": reference_table(weight, scale),
         "library, arithmetic": lambda ids: library_arithmetic(table, ids),
         "library": table,
     }
