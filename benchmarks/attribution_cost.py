@@ -30,7 +30,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engram_viz.analysis.explain import explain
+from engram_viz.analysis.explain.explanation import explain
 from engram_viz.run.pipeline import Pipeline
 from engram_viz.run.prompts import load_prompts
 

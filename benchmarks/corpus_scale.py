@@ -41,11 +41,11 @@ from pathlib import Path
 
 import numpy as np
 
-from engram_viz.analysis.corpus_engine import count_corpus_dask, dask_client
-from engram_viz.analysis.corpus_sources import default_corpus_files
-from engram_viz.analysis.counts import NgramCounts
-from engram_viz.analysis.documents import iter_documents
-from engram_viz.analysis.spill import parse_memory_limit
+from engram_viz.analysis.corpus.dask_counting import count_corpus_dask, dask_client
+from engram_viz.analysis.corpus.default_corpus import default_corpus_files
+from engram_viz.analysis.corpus.documents import iter_documents
+from engram_viz.analysis.corpus.ngram_counts import NgramCounts
+from engram_viz.analysis.corpus.spill import parse_memory_limit
 from engram_viz.config import load_config
 from engram_viz.core.tokenizer import get_tokenizer
 

@@ -43,14 +43,14 @@ import numpy as np
 import torch
 from reference_hash import ReferenceHash
 
-from engram_viz.analysis.collisions import CollisionStats, analyse_together
-from engram_viz.analysis.corpus_counts import count_corpus
-from engram_viz.analysis.corpus_sources import default_corpus_files
-from engram_viz.analysis.counts import NgramCounts
-from engram_viz.analysis.documents import iter_documents
-from engram_viz.analysis.hashes import rows_from_windows
-from engram_viz.analysis.usage import RowUsage
-from engram_viz.analysis.windows import StreamWindows
+from engram_viz.analysis.corpus.counting import count_corpus
+from engram_viz.analysis.corpus.default_corpus import default_corpus_files
+from engram_viz.analysis.corpus.documents import iter_documents
+from engram_viz.analysis.corpus.ngram_counts import NgramCounts
+from engram_viz.analysis.corpus.row_ids import rows_from_windows
+from engram_viz.analysis.corpus.windows import StreamWindows
+from engram_viz.analysis.row_stats.collisions import CollisionStats, analyse_together
+from engram_viz.analysis.row_stats.usage import RowUsage
 from engram_viz.config import load_config
 from engram_viz.core.layout import EngramLayout
 from engram_viz.core.tokenizer import BOS_ID, EngramTokenizer, get_tokenizer

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from engram_viz.weights.errors import CheckpointError
-from engram_viz.weights.finite import nonfinite_error, nonfinite_rows
+from engram_viz.weights.nonfinite import nonfinite_error, nonfinite_rows
 from engram_viz.weights.safetensors import TensorInfo
 
 MAP_BUDGET_BYTES = 128 * 2**20  # mapped (resident) table pages allowed before they are all dropped

@@ -151,8 +151,8 @@ def real_text_ids(n_prompts: int, tokens: int) -> np.ndarray:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from corpus_throughput import tokenize_default_corpus
 
-    from engram_viz.analysis.hashes import rows_from_windows
-    from engram_viz.analysis.windows import StreamWindows
+    from engram_viz.analysis.corpus.row_ids import rows_from_windows
+    from engram_viz.analysis.corpus.windows import StreamWindows
     from engram_viz.config import load_config
     from engram_viz.core.layout import EngramLayout
     from engram_viz.core.tokenizer import get_tokenizer

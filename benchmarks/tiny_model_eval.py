@@ -10,7 +10,7 @@ and measures on the committed weights (``data/tiny-engram``, the exported fp8 mo
 
 - held-out loss with Engram open vs every gate forced to 0 through the ``engram.L{n}.gate`` hooks,
   per seed, against the spread over seeds and against the no-Engram architecture;
-- per seed, the gate-versus-memory analysis (``engram_viz.analysis.gate_memory``) on held-out
+- per seed, the gate-versus-memory analysis (``engram_viz.analysis.gates.gate_memory``) on held-out
   positions grouped by how often the seed's run read their n-gram (the compressed trigram ending
   there) in its training batches: often (>= 20), seldom (1-19), never (0), and on random-token control
   sequences (tokens drawn uniformly from the model's vocabulary); the Spearman correlation of gate
@@ -32,7 +32,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from engram_viz.analysis.gate_memory import (
+from engram_viz.analysis.gates.gate_memory import (
     GROUPS,
     RANDOM_CATEGORY,
     gate_count_curve,
@@ -44,7 +44,7 @@ from engram_viz.analysis.gate_memory import (
 from engram_viz.tiny.data import build_corpus, heldout_windows
 from engram_viz.tiny.files import load_tiny_model
 from engram_viz.tiny.model import engram_config
-from engram_viz.tiny.probe import probe_windows, random_windows
+from engram_viz.tiny.position_scores import probe_windows, random_windows
 from engram_viz.tiny.train import TrainSettings
 from engram_viz.weights.tiny_folder import DEFAULT_DIR, ENGRAM_SHARD, LM_SHARD
 
@@ -60,7 +60,7 @@ def _metrics(folder: Path) -> dict | None:
 
 def seed_gate_frames(folder: Path, corpus, n_held: int, n_random: int, seq_len: int) -> dict[int, pd.DataFrame]:
     """Held-out windows (evenly spread) and random-token windows (uniform over the model's known
-    raw ids, seed 0) through one run's exported model: one ``analysis.gate_memory`` frame per
+    raw ids, seed 0) through one run's exported model: one ``analysis.gates.gate_memory`` frame per
     n-gram order, counted against what this run read in training."""
     model = load_tiny_model(folder)
     counts = training_counts(model.config, model.provenance, str(folder))

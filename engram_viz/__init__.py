@@ -26,9 +26,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from engram_viz.analysis.collisions import CollisionStats
-from engram_viz.analysis.usage import RowUsage
-from engram_viz.apps.report import write_report
+from engram_viz.analysis.row_stats.collisions import CollisionStats
+from engram_viz.analysis.row_stats.usage import RowUsage
+from engram_viz.apps.report_job import write_report
 from engram_viz.config import EngramConfig, load_config
 from engram_viz.errors import EngramVizError
 from engram_viz.run.attach import attach

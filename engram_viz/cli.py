@@ -10,10 +10,10 @@ import sys
 import numpy as np
 import torch
 
-from engram_viz.analysis.corpus import run_corpus
-from engram_viz.analysis.explain import explain
+from engram_viz.analysis.explain.explanation import explain
 from engram_viz.apps.app import serve
-from engram_viz.apps.report import summary_text, write_report
+from engram_viz.apps.corpus_job import run_corpus
+from engram_viz.apps.report_job import summary_text, write_report
 from engram_viz.config import EngramConfig, load_config
 from engram_viz.core.engram import param_counts
 from engram_viz.core.hashing import hash_prompt
@@ -22,8 +22,8 @@ from engram_viz.core.tokenizer import get_tokenizer
 from engram_viz.errors import EngramVizError
 from engram_viz.run.pipeline import Pipeline
 from engram_viz.tiny.train import TrainSettings, train_tiny
-from engram_viz.weights.default import default_config
 from engram_viz.weights.inspect import format_inspect, inspect_checkpoint
+from engram_viz.weights.resolve import default_config
 
 
 def _config_arg(p: argparse.ArgumentParser) -> None:

@@ -26,7 +26,7 @@
 # %%
 from IPython.display import display
 
-from engram_viz.analysis.exposure import collision_exposure
+from engram_viz.analysis.row_stats.trace_ngrams import collision_exposure
 from engram_viz.apps import notebook as nb
 from engram_viz.viz import gate_heatmap, gate_heatmap_interactive, token_view
 

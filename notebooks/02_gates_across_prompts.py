@@ -16,7 +16,7 @@
 # %% [markdown]
 # # 02 · Gates across prompts
 #
-# Two prompt sets ship (`engram_viz.run.prompt_sets`): **default** for the embedded tiny Engram
+# Two prompt sets ship (`engram_viz.run.prompts`): **default** for the embedded tiny Engram
 # LM, whose entities and set phrases (English and Chinese, several tokens each) occur in its
 # training text, with controls (the same templates with unseen names, novel sentences, random
 # tokens, image spans); and **paper**, the Engram paper's Figure-7-style prompts, for a real
@@ -26,20 +26,18 @@
 # %%
 from IPython.display import display
 
-from engram_viz.analysis.exposure import collision_exposure
-from engram_viz.analysis.gate_memory import (
+from engram_viz.analysis.gates.gate_memory import (
     gate_count_curve,
     gate_memory_summary,
     memory_targets,
     trace_memory_frame,
     training_counts,
 )
-from engram_viz.analysis.gate_summary import gate_overview
-from engram_viz.analysis.selectivity import stream_selectivity
+from engram_viz.analysis.gates.summary import gate_overview, stream_selectivity
+from engram_viz.analysis.row_stats.trace_ngrams import collision_exposure
 from engram_viz.apps import notebook as nb
 from engram_viz.apps.report_memory import trace_loss_saved
-from engram_viz.run.prompt_sets import prompt_set_for, prompt_set_path
-from engram_viz.run.prompts import load_prompts
+from engram_viz.run.prompts import load_prompts, prompt_set_for, prompt_set_path
 from engram_viz.viz import gate_distributions, gate_heatmap, token_text_figure, token_view
 from engram_viz.viz.memory_plots import gate_vs_memory
 

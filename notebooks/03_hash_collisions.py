@@ -21,7 +21,7 @@
 # **collision**. None of this needs weights: it depends only on the tokenizer and the layout, so
 # the numbers below are exact for DeepSeek-V4.1-Flash on any machine.
 #
-# The corpus is the default one (`engram_viz.analysis.corpus`: the King James Bible and the Chinese Debian
+# The corpus is the default one (`engram_viz.apps.corpus_job`: the King James Bible and the Chinese Debian
 # Reference), capped at `ENGRAM_VIZ_CORPUS_TOKENS` tokens per file (default 60,000) so that the
 # notebook runs in seconds; raise the cap for the full picture.
 
@@ -29,16 +29,15 @@
 import pandas as pd
 from IPython.display import display
 
-from engram_viz.analysis.collisions import CollisionStats
-from engram_viz.analysis.corpus_counts import corpus_sample
-from engram_viz.analysis.decoder import NgramDecoder
-from engram_viz.analysis.exposure import collision_exposure
+from engram_viz.analysis.corpus.counting import corpus_sample
+from engram_viz.analysis.corpus.ngram_text import NgramDecoder
+from engram_viz.analysis.row_stats.collisions import CollisionStats
+from engram_viz.analysis.row_stats.trace_ngrams import collision_exposure
 from engram_viz.apps import notebook as nb
 from engram_viz.config import load_config
 from engram_viz.core.layout import EngramLayout
 from engram_viz.core.tokenizer import get_tokenizer
-from engram_viz.run.prompt_sets import PROMPT_SETS
-from engram_viz.run.prompts import load_prompts
+from engram_viz.run.prompts import PROMPT_SETS, load_prompts
 from engram_viz.viz import collisions_vs_expected, exposure_beside_gates, heads_shared_vs_expected
 
 nb.setup()

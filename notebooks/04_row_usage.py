@@ -25,9 +25,9 @@
 # %%
 from IPython.display import display
 
-from engram_viz.analysis.corpus_counts import corpus_sample
-from engram_viz.analysis.decoder import NgramDecoder
-from engram_viz.analysis.usage import RowUsage
+from engram_viz.analysis.corpus.counting import corpus_sample
+from engram_viz.analysis.corpus.ngram_text import NgramDecoder
+from engram_viz.analysis.row_stats.usage import RowUsage
 from engram_viz.apps import notebook as nb
 from engram_viz.config import load_config
 from engram_viz.core.layout import EngramLayout

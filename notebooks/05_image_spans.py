@@ -26,9 +26,8 @@
 # %%
 from IPython.display import display
 
-from engram_viz.analysis.exposure import collision_exposure
-from engram_viz.analysis.fresh_start import after_image_vs_fresh_start
-from engram_viz.analysis.trace_ngrams import ngram_windows_table
+from engram_viz.analysis.gates.image_boundary import after_image_vs_fresh_start
+from engram_viz.analysis.row_stats.trace_ngrams import collision_exposure, ngram_windows_table
 from engram_viz.apps import notebook as nb
 from engram_viz.viz import gate_heatmap, gate_heatmap_interactive, token_view
 

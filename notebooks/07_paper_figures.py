@@ -30,16 +30,15 @@ import json
 
 from IPython.display import Image, display
 
-from engram_viz.analysis.collisions import CollisionStats
-from engram_viz.analysis.corpus_counts import corpus_sample
-from engram_viz.analysis.exposure import collision_exposure
-from engram_viz.analysis.usage import RowUsage
+from engram_viz.analysis.corpus.counting import corpus_sample
+from engram_viz.analysis.row_stats.collisions import CollisionStats
+from engram_viz.analysis.row_stats.trace_ngrams import collision_exposure
+from engram_viz.analysis.row_stats.usage import RowUsage
 from engram_viz.apps import notebook as nb
 from engram_viz.apps.widget import PromptComparison
 from engram_viz.config import load_config
 from engram_viz.core.layout import EngramLayout
-from engram_viz.run.prompt_sets import PROMPT_SETS
-from engram_viz.run.prompts import load_prompts
+from engram_viz.run.prompts import PROMPT_SETS, load_prompts
 from engram_viz.viz import (
     collisions_vs_expected,
     coverage_per_column,

@@ -18,7 +18,7 @@
 #
 # A gate opens because the key of its stream lines up with the stream. The key is a linear map of
 # the 24 gathered rows (3 n-gram orders x 8 heads), so it splits exactly into 24 parts, and so does
-# the numerator of `dot` (`engram_viz.analysis.attribution`: what is exact and what is rounded is
+# the numerator of `dot` (`engram_viz.analysis.explain.attribution`: what is exact and what is rounded is
 # stated there). On top of the split: the gate with one row, head or order left out, and the
 # Shapley values of the three orders (8 coalitions, each a re-run of the gate arithmetic).
 #
@@ -28,8 +28,7 @@
 import matplotlib.pyplot as plt
 from IPython.display import display
 
-from engram_viz.analysis.explain import explain
-from engram_viz.analysis.order_profile import order_profile
+from engram_viz.analysis.explain.explanation import explain, order_profile
 from engram_viz.apps import notebook as nb
 from engram_viz.run.prompts import load_prompts
 from engram_viz.viz.attribution_plots import attribution_bars, attribution_bars_interactive, order_profile_plot

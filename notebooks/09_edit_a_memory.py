@@ -28,14 +28,13 @@
 import matplotlib.pyplot as plt
 from IPython.display import display
 
-from engram_viz.analysis.collateral import collateral_ngrams, collateral_reads
-from engram_viz.analysis.collisions import CollisionStats
-from engram_viz.analysis.corpus_counts import corpus_sample
-from engram_viz.analysis.decoder import NgramDecoder
-from engram_viz.analysis.interference import collision_interference
-from engram_viz.analysis.localisation import ENTITY_PROMPT, localise_entities
-from engram_viz.analysis.row_index import RowIndex
-from engram_viz.analysis.row_lens import position_lens, row_lens
+from engram_viz.analysis.corpus.counting import corpus_sample
+from engram_viz.analysis.corpus.ngram_text import NgramDecoder
+from engram_viz.analysis.edits.localisation import ENTITY_PROMPT, localise_entities
+from engram_viz.analysis.edits.row_lens import position_lens, row_lens
+from engram_viz.analysis.edits.shared_rows import collateral_ngrams, collateral_reads, collision_interference
+from engram_viz.analysis.row_stats.collisions import CollisionStats
+from engram_viz.analysis.row_stats.row_index import RowIndex
 from engram_viz.apps import notebook as nb
 from engram_viz.run.prompts import load_prompts
 from engram_viz.viz import heads_shared_vs_expected
@@ -105,7 +104,7 @@ plens.rows.groupby("order")[["value_norm", "value_share"]].sum().round(3)
 # %% [markdown]
 # ## Collateral damage: who else reads the edited rows
 # A row is shared by every n-gram hashed into it. A small corpus sample (the default corpus,
-# capped) gives the inverse index row -> n-grams (`analysis.row_index.RowIndex`, saved and reloaded
+# capped) gives the inverse index row -> n-grams (`analysis.row_stats.row_index.RowIndex`, saved and reloaded
 # like any file); every corpus n-gram in the edited rows moves with the edit.
 
 # %%

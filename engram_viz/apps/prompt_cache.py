@@ -1,7 +1,7 @@
 """The prompt comparison's runs: each prompt text run once through one Pipeline, kept by text (LRU).
 
 ``PromptCache(pipeline)``: ``run(texts)`` runs the texts not yet cached, in one batch when they
-build, and stores a :class:`~engram_viz.analysis.comparison.PromptResult` per text: its arrays, or
+build, and stores a :class:`~engram_viz.analysis.gates.comparison.PromptResult` per text: its arrays, or
 a readable error (a prompt that does not build, one over ``max_tokens`` tokens, a failed run).
 ``get(text)`` returns a stored result and marks it recently used. On the CPU a small model (dim
 <= ``SMALL_DIM``, e.g. the embedded default) runs its forward on one torch thread
@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from engram_viz.analysis.comparison import PromptResult
+from engram_viz.analysis.gates.comparison import PromptResult
 
 MAX_TOKENS = 2_048
 SMALL_DIM = 512  # models up to this width run the widget's forward on one torch thread (CPU)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from engram_viz.analysis.gate_memory import (
+from engram_viz.analysis.gates.gate_memory import (
     OFTEN,
     gate_count_curve,
     gate_memory_summary,
@@ -28,7 +28,7 @@ from engram_viz.analysis.gate_memory import (
 )
 from engram_viz.errors import EngramVizError
 from engram_viz.run.trace import Trace
-from engram_viz.tiny.probe import prompt_loss_saved
+from engram_viz.tiny.position_scores import prompt_loss_saved
 from engram_viz.viz.memory_plots import gate_vs_memory
 
 

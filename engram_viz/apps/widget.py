@@ -18,7 +18,7 @@ Python, without a browser:
 **Views** (``engram_viz.viz.comparison_html``). 'tokens': each prompt as token-coloured text at
 the chosen layer and stream. 'all gates': under every token a small grid of all
 ``n_layers x hc_mult`` gates (2 x 4 = 8 on V4.1-Flash). The difference view colours each of
-B's tokens by ``gate_B - gate_A`` per aligned token (the alignment: ``engram_viz.analysis.comparison``).
+B's tokens by ``gate_B - gate_A`` per aligned token (the alignment: ``engram_viz.analysis.gates.comparison``).
 Below, ``.explainer`` (``engram_viz.apps.widget_explain``): pick a token of prompt A to see its 24
 rows with their decoded n-grams and shares of the gate, and ablate one to see the difference view.
 
@@ -44,7 +44,7 @@ import numpy as np
 import pandas as pd
 
 from engram_viz import settings
-from engram_viz.analysis.comparison import STREAM_REDUCTIONS, PromptResult, gate_difference
+from engram_viz.analysis.gates.comparison import STREAM_REDUCTIONS, PromptResult, gate_difference
 from engram_viz.apps.prompt_cache import MAX_TOKENS, PromptCache
 from engram_viz.apps.widget_controls import SLOTS, VIEWS, ComparisonControls
 from engram_viz.apps.widget_explain import TokenExplainer

@@ -12,7 +12,7 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from engram_viz.analysis.comparison import STREAM_REDUCTIONS
+from engram_viz.analysis.gates.comparison import STREAM_REDUCTIONS
 
 VIEWS = ("tokens", "all gates")
 SLOTS = "ABCDEFGH"

@@ -5,7 +5,7 @@ lower section (:class:`TokenExplainer`, built by :class:`~engram_viz.apps.widget
   report a click without custom JavaScript, and the page runs no scripts of its own).
 - **Its 24 rows** at the comparison's layer: owner (n-gram order, head), row id, the decoded n-gram,
   its share of the gate's ``dot`` (the chosen stream; averaged over the streams for a reduction)
-  and the gate with that row left out (``analysis.explain``: exact, see ``analysis.attribution``).
+  and the gate with that row left out (``analysis.explain.explanation``: exact, see ``analysis.explain.attribution``).
   Prompt A is explained once per text (shares of every position); the left-out gates of a
   position are computed when it is picked.
 - **Ablate a row**: pick one of the 24 and press 'ablate row': prompt A runs again with that row
@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from engram_viz.analysis.comparison import PromptResult
-from engram_viz.analysis.explain import Explanation, explain
+from engram_viz.analysis.explain.explanation import Explanation, explain
+from engram_viz.analysis.gates.comparison import PromptResult
 from engram_viz.run.counterfactual import engram_tables
 from engram_viz.viz.comparison_html import difference_html, message_html, panel_box
 from engram_viz.viz.style import get_theme

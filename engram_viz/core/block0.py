@@ -16,7 +16,7 @@ still selects the MoE's ``bias_vl`` there, as the reference's ``image_mask``.
 
 ``weights`` is any :class:`Block0Source`: tensors by name relative to ``layers.0.``, the fp8 GEMMs
 by module name, the routed experts on demand and the token embedding
-(``engram_viz.weights.block0.Block0Weights`` reads them from a checkpoint, lazily).
+(``engram_viz.weights.block0_reader.Block0Weights`` reads them from a checkpoint, lazily).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ and the gates of a position depend only on it and earlier positions, so padding 
 nothing). Row ids, token mask and gates are always captured; ``names`` adds hook names or globs.
 Each batch's capture goes to the CPU and the next batch starts clean, so memory does not grow
 with the number of batches beyond what the Trace keeps. The collision exposure of each position
-is an analysis of the Trace (``engram_viz.analysis.exposure.collision_exposure``).
+is an analysis of the Trace (``engram_viz.analysis.row_stats.trace_ngrams.collision_exposure``).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ from engram_viz.run.streams import (
 from engram_viz.run.trace import Trace, trace_from_cache
 from engram_viz.tiny.files import load_tiny_model
 from engram_viz.weights.checkpoint import open_checkpoint
-from engram_viz.weights.default import default_checkpoint
+from engram_viz.weights.resolve import default_checkpoint
 from engram_viz.weights.tiny_folder import DEFAULT_DIR, checkpoint_label, is_tiny_lm_folder
 
 StreamsFn = Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]

@@ -49,7 +49,7 @@ from safetensors.torch import save_file
 from engram_viz._files import atomic_path
 from engram_viz.config import IMAGE_END, TEXT, EngramConfig, load_config
 from engram_viz.core.block0 import Block0Source, block0_streams
-from engram_viz.weights.block0 import open_block0
+from engram_viz.weights.block0_reader import open_block0
 from engram_viz.weights.errors import CheckpointError
 
 STREAM_DTYPES = (torch.bfloat16, torch.float16, torch.float32)

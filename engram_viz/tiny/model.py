@@ -21,7 +21,7 @@ embedding stays small (``tiny.embed.raw_ids`` lists them; row 0 is the unknown t
 Its files (``config.json``, index, two shards) are written and read by ``engram_viz.tiny.files``
 (``save_tiny_model`` / ``load_tiny_model``); the weights layer opens such a folder as a suite
 ``Checkpoint`` (``engram_viz.weights.tiny_folder``), and ``data/tiny-engram`` is
-``engram_viz.weights.default.default_checkpoint()``.
+``engram_viz.weights.resolve.default_checkpoint()``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Every source is a Debian package that a fresh machine can install (``.ci/system-deps.sh``); each is
 read here into a list of documents (plain text, no blank lines inside a document), and both
-``engram-viz corpus`` (``analysis.corpus_sources``, which writes them one paragraph per document)
+``engram-viz corpus`` (``analysis.corpus.default_corpus``, which writes them one paragraph per document)
 and ``engram-viz train-tiny`` (``tiny.data``) take the documents from :func:`source_documents`.
 
 ========== ============================================ ========================= =================

@@ -20,10 +20,9 @@ tooltips: ``token_html(gates)``; ``token_view(gates)`` shows in a notebook as HT
 Save any of them with ``engram_viz.viz.export.export_all(fig, stem)``.
 """
 
-from engram_viz.viz.cells import token_cells
 from engram_viz.viz.collision_plots import collisions_vs_expected, heads_shared_vs_expected
 from engram_viz.viz.gate_plots import exposure_beside_gates, gate_difference_heatmap, gate_distributions, gate_heatmap
-from engram_viz.viz.interactive import gate_difference_interactive, gate_heatmap_interactive
+from engram_viz.viz.plotly_figures import gate_difference_interactive, gate_heatmap_interactive
 from engram_viz.viz.style import (
     THEMES,
     CJKFontMissingError,
@@ -34,6 +33,7 @@ from engram_viz.viz.style import (
     paper_rc,
     require_cjk_font,
 )
+from engram_viz.viz.token_chips import token_cells
 from engram_viz.viz.token_figure import token_text_figure
 from engram_viz.viz.tokens import TokenView, token_html, token_view
 from engram_viz.viz.usage_plots import coverage_per_column, row_rank_frequency, touched_rows_map

@@ -1,8 +1,8 @@
 """Attribution figures: per-order and per-head bars of one position (matplotlib for papers, plotly
 interactive), and the orders' Shapley values per token class.
 
-Data first: ``groups`` is :meth:`engram_viz.analysis.explain.Explanation.groups_frame` (columns
-``analysis.explain.GROUP_COLUMNS``); ``profile`` is :func:`engram_viz.analysis.order_profile.order_profile`.
+Data first: ``groups`` is :meth:`engram_viz.analysis.explain.explanation.Explanation.groups_frame` (columns
+``analysis.explain.explanation.GROUP_COLUMNS``); ``profile`` is :func:`engram_viz.analysis.explain.explanation.order_profile`.
 A matplotlib plot draws into ``ax`` when given (returning it) or into a new themed figure
 (returning the ``Figure``); saving is ``engram_viz.viz.export``'s.
 """
@@ -14,8 +14,8 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from engram_viz.viz.figure_axes import AxesArg, drawn, legend, plot_axes
 from engram_viz.viz.frames import require_columns
-from engram_viz.viz.panels import AxesArg, drawn, legend, plot_axes
 from engram_viz.viz.style import Theme, display_piece
 
 KINDS = ("order", "head")

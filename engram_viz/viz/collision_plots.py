@@ -1,7 +1,7 @@
 """matplotlib figures of hash collisions against an ideal uniform hash: colliding buckets per
 (order, head) column, and how many heads an n-gram shares its bucket on.
 
-Each takes the frame ``engram_viz.analysis.collisions.CollisionStats`` gives (``columns()``,
+Each takes the frame ``engram_viz.analysis.row_stats.collisions.CollisionStats`` gives (``columns()``,
 ``heads_shared()``) first, draws into ``ax`` when given (one Axes per panel, returned) or into a
 new themed figure (returned).
 """
@@ -15,8 +15,8 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from engram_viz.viz.figure_axes import AxesArg, column_axis, column_index, drawn, legend, plot_axes
 from engram_viz.viz.frames import COLLISION_COLUMNS, HEADS_SHARED_COLUMNS, pick_layers, require_columns
-from engram_viz.viz.panels import AxesArg, column_axis, column_index, drawn, legend, plot_axes
 from engram_viz.viz.style import Theme
 
 

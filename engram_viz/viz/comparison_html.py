@@ -4,7 +4,7 @@
   (``viz.tokens.token_html``), or, in the 'all gates' view, ``gate_grid_html``: under every token
   a small grid of all ``n_layers x hc_mult`` gates (rows = layers, columns = streams).
 - ``difference_html(a, b, ...)``: B's tokens coloured by ``gate_B - gate_A`` per aligned token
-  (``analysis.comparison``) on a diverging map scaled to the largest absolute difference (at
+  (``analysis.gates.comparison``) on a diverging map scaled to the largest absolute difference (at
   least ``DIFF_FLOOR``); unpaired tokens get a dashed outline, A's deleted tokens show struck
   through and each image span shows as one grey chip (its gates are 0 in both).
 - ``message_html(message)``: a readable message box (a prompt that cannot run);
@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from matplotlib import colormaps
 
-from engram_viz.analysis.comparison import AlignedDifference, PromptResult, aligned_difference
+from engram_viz.analysis.gates.comparison import AlignedDifference, PromptResult, aligned_difference
 from engram_viz.viz.style import HTML_FONT_STACK, Theme, display_piece, get_theme, text_color_on
 from engram_viz.viz.tokens import token_html
 

@@ -1,7 +1,7 @@
 """matplotlib figures of counterfactual row edits: the loss per token under an ablation, and the
 gate change a shared row makes against the number of colliding heads.
 
-Each takes the frame its analysis gives first (``analysis.localisation.Localisation.loss``,
+Each takes the frame its analysis gives first (``analysis.edits.localisation.Localisation.loss``,
 ``analysis.interference.collision_interference``'s orders frame), draws into ``ax`` when given
 (returned) or into a new themed figure (returned).
 """
@@ -15,8 +15,8 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from engram_viz.viz.figure_axes import drawn, plot_axes, token_ticks
 from engram_viz.viz.frames import require_columns
-from engram_viz.viz.panels import drawn, plot_axes, token_ticks
 from engram_viz.viz.style import Theme
 
 LOSS_COLUMNS = ("prompt", "position", "next_token", "loss")

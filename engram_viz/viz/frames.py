@@ -154,7 +154,7 @@ def row_ids_text(rows: pd.DataFrame | None, prompt, layer: int, sep: str = "\n")
 
 def as_usage_frame(usage) -> pd.DataFrame:
     """A usage frame (layer, row, hits) from a frame, or from an accumulator with ``row_hits(layer)``
-    and ``layout.layer_ids`` (e.g. ``engram_viz.analysis.usage.RowUsage``)."""
+    and ``layout.layer_ids`` (e.g. ``engram_viz.analysis.row_stats.usage.RowUsage``)."""
     if isinstance(usage, pd.DataFrame):
         return usage
     if hasattr(usage, "row_hits") and hasattr(getattr(usage, "layout", None), "layer_ids"):

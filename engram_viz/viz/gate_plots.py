@@ -2,7 +2,7 @@
 exposure beside the gates, and the gate difference of two prompts.
 
 Every function takes a tidy frame first (columns as ``Trace.to_frame("gates")`` and
-``analysis.comparison`` give them; see ``frames``), draws into ``ax`` when given (returning it)
+``analysis.gates.comparison`` give them; see ``frames``), draws into ``ax`` when given (returning it)
 or into a new pyplot-free themed figure (returning the ``Figure``), and leaves saving to
 ``engram_viz.viz.export``.
 """
@@ -18,6 +18,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from engram_viz.viz.figure_axes import AxesArg, drawn, heatmap_width, legend, plot_axes, token_ticks
 from engram_viz.viz.frames import (
     GATE_COLUMNS,
     gate_table,
@@ -27,7 +28,6 @@ from engram_viz.viz.frames import (
     require_columns,
     stream_columns,
 )
-from engram_viz.viz.panels import AxesArg, drawn, heatmap_width, legend, plot_axes, token_ticks
 from engram_viz.viz.style import Theme, display_piece
 
 DIFF_COLUMNS = ("pair", "kind", "token_a", "token_b", "layer", "stream", "diff")
@@ -256,7 +256,7 @@ def gate_difference_heatmap(
     diverging, colour-blind-safe map scaled to the largest absolute difference (at least 0.05).
     Tokens only in one prompt are grey; x labels are B's tokens ('-tok' for A's deleted ones).
 
-    diff: pair, kind, token_a, token_b, layer, stream, diff (``engram_viz.analysis.comparison.gate_difference``).
+    diff: pair, kind, token_a, token_b, layer, stream, diff (``engram_viz.analysis.gates.comparison.gate_difference``).
     """
     matrix, rows, labels, scale = diff_matrix(diff)
     a, b = diff.attrs.get("prompts", ("A", "B"))

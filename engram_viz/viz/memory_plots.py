@@ -1,6 +1,6 @@
 """The gate-versus-memory figure: mean gate per memory group, and gate against training count.
 
-Inputs are the tables of :mod:`engram_viz.analysis.gate_memory`: the summary (layer, group,
+Inputs are the tables of :mod:`engram_viz.analysis.gates.gate_memory`: the summary (layer, group,
 n, mean_gate, ...) and the curve (layer, count_bin, n, mean_gate) with its Spearman per layer.
 Draws into ``ax`` (two Axes) when given, else into a new themed figure (returned).
 """
@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from engram_viz.viz.panels import AxesArg, drawn, plot_axes
+from engram_viz.viz.figure_axes import AxesArg, drawn, plot_axes
 from engram_viz.viz.style import Theme
 
 GROUP_LABELS = {"often": "seen >= 20x", "seldom": "seen 1-19x", "never": "never seen", "random": "random tokens"}

@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 
 from engram_viz._files import flatten_tuples
-from engram_viz.analysis.gate_summary import gate_overview
+from engram_viz.analysis.gates.summary import gate_overview
 
 TITLE = "engram-viz report"
 

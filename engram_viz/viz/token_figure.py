@@ -20,8 +20,8 @@ from matplotlib.figure import Figure
 from matplotlib.font_manager import FontProperties
 from matplotlib.patches import Rectangle
 
-from engram_viz.viz.cells import TokenCell, stream_label, token_cells, view_setup
 from engram_viz.viz.style import Theme, get_theme, paper_rc, text_color_on
+from engram_viz.viz.token_chips import TokenCell, stream_label, token_cells, view_setup
 
 
 @dataclass

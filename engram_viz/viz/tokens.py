@@ -17,9 +17,9 @@ import pandas as pd
 from matplotlib.colors import Normalize, to_hex
 from matplotlib.figure import Figure
 
-from engram_viz.viz.cells import TokenCell, stream_label, token_cells, view_setup
 from engram_viz.viz.frames import pick_prompts
 from engram_viz.viz.style import HTML_FONT_STACK, Theme, get_theme, paper_rc, text_color_on
+from engram_viz.viz.token_chips import TokenCell, stream_label, token_cells, view_setup
 from engram_viz.viz.token_figure import token_text_figure
 
 

@@ -1,7 +1,7 @@
 """matplotlib figures of table row usage: coverage per (order, head) column, the rank-frequency of
 rows, and where the touched rows lie in a layer's address space.
 
-Each takes the frame ``engram_viz.analysis.usage.RowUsage`` gives (``coverage()``,
+Each takes the frame ``engram_viz.analysis.row_stats.usage.RowUsage`` gives (``coverage()``,
 ``rank_frequency()``; a (layer, row, hits) frame or the ``RowUsage`` itself) first, draws into
 ``ax`` when given (one Axes per panel, returned) or into a new themed figure (returned).
 """
@@ -18,8 +18,8 @@ from matplotlib.figure import Figure
 
 from engram_viz.config import EngramConfig, load_config
 from engram_viz.core.layout import EngramLayout
+from engram_viz.viz.figure_axes import AxesArg, column_axis, column_index, drawn, plot_axes
 from engram_viz.viz.frames import COVERAGE_COLUMNS, USAGE_COLUMNS, as_usage_frame, pick_layers, require_columns
-from engram_viz.viz.panels import AxesArg, column_axis, column_index, drawn, plot_axes
 from engram_viz.viz.style import Theme
 
 

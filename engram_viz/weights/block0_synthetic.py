@@ -24,7 +24,7 @@ from safetensors.torch import save_file
 
 from engram_viz.core import fp4, fp8
 from engram_viz.core.block0_config import PREFIX, Block0Config, dense_tensors, expert_names, expert_tensors
-from engram_viz.weights.block0 import fp4_gemm, fp8_gemm
+from engram_viz.weights.block0_reader import fp4_gemm, fp8_gemm
 from engram_viz.weights.index import INDEX_FILE
 
 GeneratorFn = Callable[[str], torch.Generator]  # tensor name -> its own generator

@@ -18,13 +18,13 @@ import torch
 from engram_viz.config import EngramConfig
 from engram_viz.core.schema import EMBED_NAME, engram_names
 from engram_viz.weights.embedding import TokenEmbedding
-from engram_viz.weights.finite import read_checked
+from engram_viz.weights.nonfinite import read_checked
 from engram_viz.weights.rows import LazyRows
 from engram_viz.weights.safetensors import TensorInfo
 from engram_viz.weights.scan import LAYOUT_HF, scan_checkpoint
+from engram_viz.weights.schema_check import resolve_config, validated_parts
 from engram_viz.weights.tables import EngramTable, LazyTable
 from engram_viz.weights.tiny_folder import compact_token_embedding
-from engram_viz.weights.validate import resolve_config, validated_parts
 
 
 @dataclass

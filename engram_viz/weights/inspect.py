@@ -12,11 +12,11 @@ from engram_viz.core.schema import EMBED_NAME, is_table_name
 from engram_viz.core.tokenizer import EngramTokenizer
 from engram_viz.errors import EngramVizError
 from engram_viz.weights.errors import CheckpointError
-from engram_viz.weights.finite import read_checked
+from engram_viz.weights.nonfinite import read_checked
+from engram_viz.weights.nonfinite_scan import verify_tensors
 from engram_viz.weights.safetensors import TensorInfo
 from engram_viz.weights.scan import CheckpointScan, scan_checkpoint
-from engram_viz.weights.validate import resolve_config, validated_parts
-from engram_viz.weights.verify import verify_tensors
+from engram_viz.weights.schema_check import resolve_config, validated_parts
 
 
 def _check_small_tensors(parts: dict[str, list[TensorInfo]]) -> None:

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from engram_viz.weights.errors import CheckpointError, RowIdError
-from engram_viz.weights.finite import nonfinite_error, nonfinite_rows
+from engram_viz.weights.nonfinite import nonfinite_error, nonfinite_rows
 from engram_viz.weights.pread_kernel import GatherReads, compiled_gather, scratch_bytes
 from engram_viz.weights.safetensors import TensorInfo, pread_into
 

@@ -20,8 +20,8 @@ from engram_viz.errors import EngramVizError
 from engram_viz.run.pipeline import Pipeline
 from engram_viz.tiny.files import load_tiny_model
 from engram_viz.weights.errors import CheckpointError
-from engram_viz.weights.finite import NonFiniteError
 from engram_viz.weights.index import INDEX_FILE
+from engram_viz.weights.nonfinite import NonFiniteError
 from engram_viz.weights.safetensors import read_safetensors_header
 from engram_viz.weights.synthetic import write_synthetic_checkpoint
 from engram_viz.weights.tiny_folder import DEFAULT_DIR, ENGRAM_SHARD, LM_SHARD

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-import engram_viz.apps.report as report_module
+import engram_viz.apps.report_job as report_module
 import engram_viz.viz.style as style_module
-from engram_viz.apps.report import ReportError
+from engram_viz.apps.report_job import ReportError
 from engram_viz.cli import main
 from engram_viz.core.tokenizer import EngramTokenizer
 from engram_viz.errors import EngramVizError

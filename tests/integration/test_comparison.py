@@ -1,8 +1,8 @@
-"""Two prompts aligned per token (``analysis.comparison``)."""
+"""Two prompts aligned per token (``analysis.gates.comparison``)."""
 
 from __future__ import annotations
 
-from engram_viz.analysis.comparison import align_tokens
+from engram_viz.analysis.gates.comparison import align_tokens
 
 
 def test_align_tokens_pairs_equal_replaced_inserted_and_deleted():

@@ -14,20 +14,26 @@ import pytest
 import torch
 
 from engram_viz._cache import cached_path
-from engram_viz.analysis import corpus_sources
-from engram_viz.analysis.corpus import run_corpus
-from engram_viz.analysis.corpus_counts import count_corpus
-from engram_viz.analysis.corpus_sources import default_corpus_files, kjv_chapters_text, unwrap_paragraphs
-from engram_viz.analysis.counts import NgramCounts
-from engram_viz.analysis.documents import DOC_MODES, CorpusError, document_spans, iter_documents, iter_span_documents
-from engram_viz.analysis.hashes import rows_from_windows
-from engram_viz.analysis.windows import StreamWindows
+from engram_viz.analysis.corpus import default_corpus
+from engram_viz.analysis.corpus.counting import count_corpus
+from engram_viz.analysis.corpus.default_corpus import default_corpus_files, kjv_chapters_text, unwrap_paragraphs
+from engram_viz.analysis.corpus.documents import (
+    DOC_MODES,
+    CorpusError,
+    document_spans,
+    iter_documents,
+    iter_span_documents,
+)
+from engram_viz.analysis.corpus.ngram_counts import NgramCounts
+from engram_viz.analysis.corpus.row_ids import rows_from_windows
+from engram_viz.analysis.corpus.windows import StreamWindows
+from engram_viz.apps.corpus_job import run_corpus
 from engram_viz.cli import main
 from engram_viz.config import load_config
 from engram_viz.core.hashing import hash_prompt
 from engram_viz.core.layout import EngramLayout
 from engram_viz.core.tokenizer import BOS_ID
-from engram_viz.weights.default import default_config
+from engram_viz.weights.resolve import default_config
 
 TEXT = (
     "In the beginning God created the heaven and the earth.\n"
@@ -277,19 +283,19 @@ def test_kjv_and_zh_text_shaping():
 
 def test_default_corpus_missing_package_names_it(tmp_path, monkeypatch):
     monkeypatch.setenv("ENGRAM_VIZ_CACHE", str(tmp_path))
-    monkeypatch.setattr(corpus_sources.shutil, "which", lambda name: None)
+    monkeypatch.setattr(default_corpus.shutil, "which", lambda name: None)
     with pytest.raises(CorpusError, match="bible-kjv-text"):
         default_corpus_files()
     (tmp_path / "corpus").mkdir()
     with cached_path(tmp_path / "corpus" / "kjv-chapters-v1.txt") as tmp:  # a verified cache entry
         tmp.write_text("cached\n")
-    monkeypatch.setattr(corpus_sources, "ZH_REFERENCE", tmp_path / "missing.txt.gz")
+    monkeypatch.setattr(default_corpus, "ZH_REFERENCE", tmp_path / "missing.txt.gz")
     with pytest.raises(CorpusError, match="debian-reference-zh-cn"):
         default_corpus_files()
 
 
 @pytest.mark.skipif(
-    shutil.which("bible") is None or not corpus_sources.ZH_REFERENCE.is_file(),
+    shutil.which("bible") is None or not default_corpus.ZH_REFERENCE.is_file(),
     reason="system packages bible-kjv / debian-reference-zh-cn not installed (.ci/system-deps.sh installs them)",
 )
 def test_default_corpus_has_over_a_million_tokens(tokenizer):

@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engram_viz.analysis import corpus_engine
-from engram_viz.analysis.corpus import run_corpus
-from engram_viz.analysis.corpus_counts import count_corpus
-from engram_viz.analysis.corpus_engine import count_corpus_dask, dask_client
-from engram_viz.analysis.documents import CorpusError
+from engram_viz.analysis.corpus import dask_counting
+from engram_viz.analysis.corpus.counting import count_corpus
+from engram_viz.analysis.corpus.dask_counting import count_corpus_dask, dask_client
+from engram_viz.analysis.corpus.documents import CorpusError
+from engram_viz.apps.corpus_job import run_corpus
 
 pytest.importorskip("dask.distributed")
 
@@ -65,7 +65,7 @@ def test_local_cluster_steals_no_task():
 def test_partitions_reach_the_client_in_pieces(corpus_files, v41_config, tokenizer, monkeypatch):
     """Partitions of many more keys than a piece, spilled on the workers: still exactly one process's counts."""
     one = count_corpus(corpus_files, v41_config, tokenizer, progress=False)
-    monkeypatch.setattr(corpus_engine, "PIECE_KEYS", 3)
+    monkeypatch.setattr(dask_counting, "PIECE_KEYS", 3)
     with dask_client(workers=2, processes=False) as client:
         two = count_corpus_dask(
             client, corpus_files, v41_config, tokenizer, batch_chars=2000, progress=False, memory_limit=4000
@@ -116,7 +116,9 @@ def test_killed_worker_is_rerun_and_counts_stay_exact(corpus_files, v41_config, 
 
     # forkserver: worker processes start in about half the time of spawn, without fork's hazards
     with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"}), dask_client(2) as client:
-        client.run(lambda: __import__("engram_viz.analysis.corpus_engine"))  # imports done: the kill lands mid-run
+        client.run(
+            lambda: __import__("engram_viz.analysis.corpus.dask_counting")
+        )  # imports done: the kill lands mid-run
         victim, pid = min(client.run(os.getpid).items())
         killed = threading.Event()
 
@@ -145,14 +147,14 @@ def test_gzipped_files_travel_as_spans_of_a_decompressed_copy(
     removed when the count ends, and ``run_corpus`` leaves nothing beside its output."""
     one = count_corpus(corpus_files, v41_config, tokenizer, progress=False)
     tasks = []
-    cut = corpus_engine._spans
+    cut = dask_counting._spans
 
     def spy(*args):  # each span as the client submits it: its bytes already on disk?
         for fi, span in cut(*args):
             tasks.append((span, span.path.stat().st_size >= span.stop))
             yield fi, span
 
-    monkeypatch.setattr(corpus_engine, "_spans", spy)
+    monkeypatch.setattr(dask_counting, "_spans", spy)
     spool = tmp_path / "spool"
     spool.mkdir()
     with dask_client(workers=2, processes=False) as client:

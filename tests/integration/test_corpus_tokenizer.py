@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engram_viz.analysis.corpus_sources import default_corpus_files
-from engram_viz.analysis.documents import CorpusError, iter_documents
+from engram_viz.analysis.corpus.default_corpus import default_corpus_files
+from engram_viz.analysis.corpus.documents import CorpusError, iter_documents
 from engram_viz.tiny.sources import SOURCES, SourceMissingError, source_documents
 
 

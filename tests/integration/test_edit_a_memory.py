@@ -11,13 +11,12 @@ import numpy as np
 import pytest
 import torch
 
-from engram_viz.analysis.collateral import collateral_ngrams, collateral_reads
-from engram_viz.analysis.counts import NgramCounts
-from engram_viz.analysis.edit_targets import EditTargetError, entity_rows, head_rows, ngram_rows, window_rows
-from engram_viz.analysis.interference import collision_interference
-from engram_viz.analysis.localisation import ENTITY_PROMPT, PARTS, entity_localisation
-from engram_viz.analysis.row_index import RowIndex, RowIndexError
-from engram_viz.analysis.row_lens import LensError, position_lens, row_lens
+from engram_viz.analysis.corpus.ngram_counts import NgramCounts
+from engram_viz.analysis.edits.localisation import ENTITY_PROMPT, PARTS, entity_localisation
+from engram_viz.analysis.edits.row_lens import LensError, position_lens, row_lens
+from engram_viz.analysis.edits.shared_rows import collateral_ngrams, collateral_reads, collision_interference
+from engram_viz.analysis.edits.targets import EditTargetError, entity_rows, head_rows, ngram_rows, window_rows
+from engram_viz.analysis.row_stats.row_index import RowIndex, RowIndexError
 from engram_viz.core.hashing import hash_prompt
 from engram_viz.core.layout import EngramLayout
 from engram_viz.run.capture import force_gate

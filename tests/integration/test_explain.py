@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from engram_viz.analysis.explain import ROW_COLUMNS, AttributionError, explain
+from engram_viz.analysis.explain.explanation import ROW_COLUMNS, AttributionError, explain
 from engram_viz.cli import main
 from engram_viz.core.layout import EngramLayout
 from engram_viz.errors import EngramVizError

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engram_viz.analysis.exposure import collision_exposure
+from engram_viz.analysis.row_stats.trace_ngrams import collision_exposure
 from engram_viz.config import TEXT
 from engram_viz.core.engram import default_device
 from engram_viz.core.layout import EngramLayout
@@ -16,7 +16,7 @@ from engram_viz.run.prompts import load_prompts
 from engram_viz.run.streams import embedding_streams, save_captured_streams
 from engram_viz.tiny.files import load_tiny_model, save_tiny_model
 from engram_viz.tiny.model import TinyEngramLM, TinyLMConfig
-from engram_viz.weights.default import default_checkpoint
+from engram_viz.weights.resolve import default_checkpoint
 from engram_viz.weights.synthetic import synthetic_checkpoint
 
 TEXTS = [

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from engram_viz._files import TABLE_FORMATS
-from engram_viz.apps.report import _missing_glyphs
+from engram_viz.apps.report_job import _missing_glyphs
 from engram_viz.cli import main
 from engram_viz.run.prompts import load_prompts
 from engram_viz.run.trace import Trace

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
-from engram_viz.analysis.exposure import collision_exposure
+from engram_viz.analysis.row_stats.trace_ngrams import collision_exposure
 from engram_viz.core.hooks import hook_name
 from engram_viz.core.layout import EngramLayout
 from engram_viz.run.pipeline import Pipeline

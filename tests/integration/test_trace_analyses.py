@@ -7,10 +7,10 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from engram_viz.analysis.corpus_counts import corpus_sample, count_corpus
-from engram_viz.analysis.fresh_start import after_image_vs_fresh_start
-from engram_viz.analysis.selectivity import stream_selectivity
-from engram_viz.analysis.trace_ngrams import ngram_frequency, ngram_windows_table
+from engram_viz.analysis.corpus.counting import corpus_sample, count_corpus
+from engram_viz.analysis.gates.image_boundary import after_image_vs_fresh_start
+from engram_viz.analysis.gates.summary import stream_selectivity
+from engram_viz.analysis.row_stats.trace_ngrams import ngram_frequency, ngram_windows_table
 
 
 def test_corpus_sample_is_capped_per_file():

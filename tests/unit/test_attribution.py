@@ -1,4 +1,4 @@
-"""Exactness of the gate attribution (analysis/attribution.py) on one Engram layer with random
+"""Exactness of the gate attribution (analysis/explain/attribution.py) on one Engram layer with random
 tiny-preset weights: shares sum to the module's dot and value, Shapley efficiency, and every
 left-out gate equals a forward with those rows zeroed through the module's ``rows`` hook."""
 
@@ -9,7 +9,7 @@ import itertools
 import pytest
 import torch
 
-from engram_viz.analysis.attribution import attribute_layer, shapley_values
+from engram_viz.analysis.explain.attribution import attribute_layer, shapley_values
 from engram_viz.config import load_config
 from engram_viz.core import fp8
 from engram_viz.core.engram import Engram
@@ -147,7 +147,7 @@ def test_orders_heads_and_coalitions_equal_reruns(case):
 
 def test_chunks_change_nothing(case, monkeypatch):
     engram, x, _, mask, ref, a = case
-    monkeypatch.setattr("engram_viz.analysis.attribution.CHUNK_FLOATS", 1)  # one position per chunk
+    monkeypatch.setattr("engram_viz.analysis.explain.attribution.CHUNK_FLOATS", 1)  # one position per chunk
     b = attribute_layer(engram, x[0], ref["rows"], mask[0])
     torch.testing.assert_close(b.dot_share, a.dot_share, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(b.shapley, a.shapley, atol=2e-5, rtol=0)

@@ -12,7 +12,7 @@ import pytest
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from engram_viz.analysis.explain import GROUP_COLUMNS
+from engram_viz.analysis.explain.explanation import GROUP_COLUMNS
 from engram_viz.viz.attribution_plots import attribution_bars, attribution_bars_interactive, order_profile_plot
 
 pytestmark = pytest.mark.unit

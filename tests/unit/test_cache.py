@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from engram_viz._cache import cached_path, checksum_path, file_sha256, is_verified, write_checksum
-from engram_viz.analysis import corpus_sources
-from engram_viz.analysis.documents import CorpusError
+from engram_viz.analysis.corpus import default_corpus
+from engram_viz.analysis.corpus.documents import CorpusError
 from engram_viz.config import load_config
 from engram_viz.weights import synthetic
 
@@ -74,23 +74,23 @@ def test_a_failed_rebuild_leaves_no_trusted_entry(tmp_path):
 
 def test_a_tampered_default_corpus_file_is_rebuilt(tmp_path, monkeypatch):
     monkeypatch.setenv("ENGRAM_VIZ_CACHE", str(tmp_path))
-    monkeypatch.setattr(corpus_sources.shutil, "which", lambda name: None)  # a KJV rebuild would fail
+    monkeypatch.setattr(default_corpus.shutil, "which", lambda name: None)  # a KJV rebuild would fail
     source = tmp_path / "zh.txt.gz"
     with gzip.open(source, "wt", encoding="utf-8") as fh:
         fh.write("第一段\n第二行\n\n second para\n")
-    monkeypatch.setattr(corpus_sources, "ZH_REFERENCE", source)
+    monkeypatch.setattr(default_corpus, "ZH_REFERENCE", source)
     kjv, zh = tmp_path / "corpus" / "kjv-chapters-v1.txt", tmp_path / "corpus" / "debian-reference-zh-cn-v1.txt"
     for path in (kjv, zh):
         with cached_path(path) as tmp:
             tmp.write_text("cached text\n", encoding="utf-8")
-    assert corpus_sources.default_corpus_files() == [kjv, zh]  # trusted: nothing rebuilt
+    assert default_corpus.default_corpus_files() == [kjv, zh]  # trusted: nothing rebuilt
     assert zh.read_text(encoding="utf-8") == "cached text\n"
     zh.write_text("cached text, edited\n", encoding="utf-8")
-    corpus_sources.default_corpus_files()
+    default_corpus.default_corpus_files()
     assert zh.read_text(encoding="utf-8") == "第一段第二行\n\nsecond para\n" and is_verified(zh)
     kjv.write_text("edited\n", encoding="utf-8")
     with pytest.raises(CorpusError, match="King James Bible"):  # rebuilt, not used
-        corpus_sources.default_corpus_files()
+        default_corpus.default_corpus_files()
 
 
 def test_a_tampered_cached_synthetic_wkv_is_rebuilt(tmp_path):

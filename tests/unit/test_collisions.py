@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from _brute import forced_config, random_sequences, ref_buckets, ref_counts, ref_row, ref_windows
 
-from engram_viz.analysis.collisions import CollisionStats, expected_uniform, poisson_binomial
+from engram_viz.analysis.row_stats.collisions import CollisionStats, expected_uniform, poisson_binomial
 from engram_viz.config import load_config
 from engram_viz.core.layout import EngramLayout
 
@@ -177,8 +177,8 @@ def test_top_ngrams_and_summary():
 
 
 def test_analyse_together_equals_separate_passes():
-    from engram_viz.analysis.collisions import analyse_together
-    from engram_viz.analysis.usage import RowUsage
+    from engram_viz.analysis.row_stats.collisions import analyse_together
+    from engram_viz.analysis.row_stats.usage import RowUsage
 
     cfg = load_config("tiny")
     seqs, masks = random_sequences(27, n_seq=10, alphabet=3000, max_len=60)

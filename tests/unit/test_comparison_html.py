@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engram_viz.analysis.comparison import PromptResult, aligned_difference
+from engram_viz.analysis.gates.comparison import PromptResult, aligned_difference
 from engram_viz.viz.comparison_html import DIFF_FLOOR, difference_html, gate_grid_html, message_html
 
 LAYERS = (1, 3)

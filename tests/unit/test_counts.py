@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from _brute import forced_config, random_sequences, ref_counts
 
-from engram_viz.analysis.counts import NgramCounts
-from engram_viz.analysis.decoder import NgramDecoder
+from engram_viz.analysis.corpus.ngram_counts import NgramCounts
+from engram_viz.analysis.corpus.ngram_text import NgramDecoder
 from engram_viz.config import load_config
 
 

@@ -1,4 +1,4 @@
-"""Gate versus memory (engram_viz.analysis.gate_memory): training counts per position, groups,
+"""Gate versus memory (engram_viz.analysis.gates.gate_memory): training counts per position, groups,
 the per-layer summary, the binned curve with its Spearman, and the issue's target checks."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 import torch
 
-from engram_viz.analysis.counts import NgramCounts
-from engram_viz.analysis.gate_memory import (
+from engram_viz.analysis.corpus.ngram_counts import NgramCounts
+from engram_viz.analysis.gates.gate_memory import (
     count_bin,
     gate_count_curve,
     gate_memory_summary,

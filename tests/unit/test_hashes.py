@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engram_viz.analysis import hashes
-from engram_viz.analysis.hashes import BLOCK, reduce_mod, rows_from_windows
+from engram_viz.analysis.corpus import row_ids
+from engram_viz.analysis.corpus.row_ids import BLOCK, reduce_mod, rows_from_windows
 from engram_viz.config import load_config
 from engram_viz.core.layout import EngramLayout
 
@@ -74,6 +74,6 @@ def test_compiled_kernel_equals_the_numpy_path(config, monkeypatch):
     w[:50] = top
     w[50:60] = ([0, top] * cfg.engram_max_ngram_size)[: cfg.engram_max_ngram_size]
     want = rows_from_windows(layout, w)  # numpy: under COMPILED_MIN
-    monkeypatch.setattr(hashes, "COMPILED_MIN", 1)
+    monkeypatch.setattr(row_ids, "COMPILED_MIN", 1)
     assert np.array_equal(rows_from_windows(layout, w), want)
     assert rows_from_windows(layout, w[:0]).shape == want[:0].shape

@@ -23,7 +23,7 @@ from engram_viz.config import CONFIG_DIR, ConfigError, EngramConfig, load_config
 from engram_viz.core.hashing import DEAD, NgramHasher, hash_prompt
 from engram_viz.errors import EngramVizError
 from engram_viz.run.images import build_input
-from engram_viz.weights.default import default_checkpoint
+from engram_viz.weights.resolve import default_checkpoint
 
 VERIFIED_MULTIPLIERS = {
     1: [76632096046245, 4839876093313, 35959672319349, 73987337458391],

@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prompt_kit import as_torch, span_rows
 
-from engram_viz.analysis.hashes import rows_from_windows
-from engram_viz.analysis.windows import StreamWindows
+from engram_viz.analysis.corpus.row_ids import rows_from_windows
+from engram_viz.analysis.corpus.windows import StreamWindows
 from engram_viz.config import IMAGE, IMAGE_END, IMAGE_NEWLINE, IMAGE_START, TEXT, load_config
 from engram_viz.core.hashing import hash_prompt
 from engram_viz.core.layout import EngramLayout

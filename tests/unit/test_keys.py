@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engram_viz.analysis.hashes import ngram_hashes
-from engram_viz.analysis.keys import KEY_BITS, pack_ngrams, unpack_ngrams
+from engram_viz.analysis.corpus.keys import KEY_BITS, pack_ngrams, unpack_ngrams
+from engram_viz.analysis.corpus.row_ids import ngram_hashes
 from engram_viz.config import load_config
 from engram_viz.core.layout import EngramLayout
 

@@ -15,8 +15,8 @@ from weights_kit import poke
 from engram_viz.cli import main
 from engram_viz.errors import EngramVizError
 from engram_viz.weights.checkpoint import open_checkpoint
-from engram_viz.weights.finite import NONFINITE_MASK, NonFiniteError, check_finite, nonfinite_rows
 from engram_viz.weights.inspect import inspect_checkpoint
+from engram_viz.weights.nonfinite import NONFINITE_MASK, NonFiniteError, check_finite, nonfinite_rows
 from engram_viz.weights.synthetic import write_synthetic_checkpoint
 from engram_viz.weights.tables import InMemoryTable
 

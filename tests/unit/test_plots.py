@@ -295,8 +295,8 @@ def test_collision_and_coverage_bars_equal_the_frames(tables):
 
 
 def test_accumulator_frames_are_accepted(tokenizer):
-    from engram_viz.analysis.collisions import CollisionStats
-    from engram_viz.analysis.usage import RowUsage
+    from engram_viz.analysis.row_stats.collisions import CollisionStats
+    from engram_viz.analysis.row_stats.usage import RowUsage
 
     usage = RowUsage("tiny")
     collisions = CollisionStats("tiny", counts=usage.counts)

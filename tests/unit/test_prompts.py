@@ -9,14 +9,16 @@ import pytest
 from prompt_kit import build_prompts
 
 from engram_viz.core.tokenizer import BOS_ID
-from engram_viz.run.prompt_sets import PROMPT_SETS, prompt_set_for, prompt_set_path
 from engram_viz.run.prompts import (
     CATEGORIES,
     DEFAULT_PROMPTS,
     PAPER_CATEGORIES,
+    PROMPT_SETS,
     PromptError,
     build_prompt,
     load_prompts,
+    prompt_set_for,
+    prompt_set_path,
 )
 
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from _brute import random_sequences
 
-from engram_viz.analysis.counts import NgramCounts
-from engram_viz.analysis.spill import (
+from engram_viz.analysis.corpus.ngram_counts import NgramCounts
+from engram_viz.analysis.corpus.spill import (
     FileArray,
     MemoryLimitError,
     SpillStore,

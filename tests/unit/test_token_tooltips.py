@@ -1,4 +1,4 @@
-"""The token HTML's tooltip with the n-gram orders' shares of a position's gate (viz/cells.py,
+"""The token HTML's tooltip with the n-gram orders' shares of a position's gate (viz/token_chips.py,
 viz/tokens.py), on hand-made frames: the percentages are the frame's own numbers, per stream or
 averaged over streams, in the ``title`` attribute of each token (no scripts)."""
 
@@ -9,7 +9,7 @@ from html.parser import HTMLParser
 import pandas as pd
 import pytest
 
-from engram_viz.viz.cells import order_shares_text
+from engram_viz.viz.token_chips import order_shares_text
 from engram_viz.viz.tokens import token_html, token_view
 
 pytestmark = pytest.mark.unit

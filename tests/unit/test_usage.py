@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from _brute import forced_config, random_sequences, ref_counts, ref_row, ref_row_hits_from_hasher
 
-from engram_viz.analysis.usage import RowUsage
+from engram_viz.analysis.row_stats.usage import RowUsage
 from engram_viz.config import load_config
 from engram_viz.core.layout import EngramLayout
 
@@ -135,7 +135,7 @@ def test_column_stats_equal_numpy_unique():
     cfg = load_config("tiny")
     seqs, masks = random_sequences(15, n_seq=10, alphabet=200)
     usage = _usage(cfg, seqs, masks)
-    from engram_viz.analysis.columns import iter_columns
+    from engram_viz.analysis.corpus.bucket_passes import iter_columns
 
     for view in iter_columns(usage.layout, usage.counts):
         s = view.stats()

@@ -22,9 +22,9 @@ from engram_viz.core.schema import SAFETENSORS_DTYPES
 from engram_viz.errors import EngramVizError
 from engram_viz.tiny.files import load_tiny_model
 from engram_viz.weights.checkpoint import open_checkpoint
-from engram_viz.weights.finite import check_finite
 from engram_viz.weights.index import INDEX_FILE
 from engram_viz.weights.inspect import inspect_checkpoint
+from engram_viz.weights.nonfinite import check_finite
 from engram_viz.weights.rows import LazyRows
 from engram_viz.weights.safetensors import read_safetensors_header, read_tensor
 from engram_viz.weights.tiny_folder import DEFAULT_DIR, ENGRAM_SHARD, LM_SHARD

@@ -7,8 +7,8 @@ import pytest
 import torch
 from _brute import random_sequences, ref_windows
 
-from engram_viz.analysis.hashes import rows_from_windows
-from engram_viz.analysis.windows import StreamWindows, sequence_blocked, sequence_windows, window_ngrams
+from engram_viz.analysis.corpus.row_ids import rows_from_windows
+from engram_viz.analysis.corpus.windows import StreamWindows, sequence_blocked, sequence_windows, window_ngrams
 from engram_viz.config import load_config
 from engram_viz.core.hashing import NgramHasher, hash_prompt
 from engram_viz.core.layout import EngramLayout

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engram_viz.analysis.counts import NgramCounts
-from engram_viz.analysis.hashes import ngram_hashes
+from engram_viz.analysis.corpus.ngram_counts import NgramCounts
+from engram_viz.analysis.corpus.row_ids import ngram_hashes
 from engram_viz.core.layout import EngramLayout
 
 

@@ -1,6 +1,6 @@
 """The inverse index of a corpus: table row -> the n-grams that land in it, with their counts.
 
-Built from corpus n-gram counts (:class:`~engram_viz.analysis.counts.NgramCounts`) one column at
+Built from corpus n-gram counts (:class:`~engram_viz.analysis.corpus.ngram_counts.NgramCounts`) one column at
 a time (``columns.iter_columns``: each (layer, order, head) column's distinct n-grams, bucketed by
 one sort). Per layer it keeps, for every occupied row (sorted): how many distinct corpus n-grams
 land there (``n_ngrams``; >= 2 is a *collision bucket*), how many positions carry them (``hits``),
@@ -22,8 +22,8 @@ import numpy as np
 import pandas as pd
 
 from engram_viz._files import atomic_writer
-from engram_viz.analysis.columns import ColumnView, iter_columns
-from engram_viz.analysis.counts import NgramCounts
+from engram_viz.analysis.corpus.bucket_passes import ColumnView, iter_columns
+from engram_viz.analysis.corpus.ngram_counts import NgramCounts
 from engram_viz.config import EngramConfig, load_config
 from engram_viz.core.layout import EngramLayout
 from engram_viz.errors import EngramVizError

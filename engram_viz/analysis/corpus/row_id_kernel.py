@@ -1,6 +1,6 @@
 """The row-id hash as one compiled loop (numba, optional): the fast path of ``rows_from_windows``.
 
-The same arithmetic as :func:`~engram_viz.analysis.hashes.rows_from_windows`, per position in one
+The same arithmetic as :func:`~engram_viz.analysis.corpus.row_ids.rows_from_windows`, per position in one
 pass: the rolling XOR of the look-back products per layer, then every column's ``% prime +
 offset``, written straight into the position's row of the output (sequential writes, no
 scratch, no transpose). The kernel is generated per layout with the multipliers, primes and

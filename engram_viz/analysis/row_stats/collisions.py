@@ -48,12 +48,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from engram_viz.analysis.columns import bucket_lookup, run_column_pass, top_indices
-from engram_viz.analysis.counts import NgramCounts
-from engram_viz.analysis.decoder import make_decoder
-from engram_viz.analysis.hashes import ngram_hashes
-from engram_viz.analysis.usage import RowUsage
-from engram_viz.analysis.windows import sequence_windows, window_ngrams
+from engram_viz.analysis.corpus.bucket_passes import bucket_lookup, run_column_pass, top_indices
+from engram_viz.analysis.corpus.ngram_counts import NgramCounts
+from engram_viz.analysis.corpus.ngram_text import make_decoder
+from engram_viz.analysis.corpus.row_ids import ngram_hashes
+from engram_viz.analysis.corpus.windows import sequence_windows, window_ngrams
+from engram_viz.analysis.row_stats.usage import RowUsage
 from engram_viz.config import EngramConfig, load_config
 from engram_viz.core.layout import EngramLayout
 

@@ -1,17 +1,24 @@
-"""Collision interference: what a shared row does to each n-gram that reads it.
+"""Shared rows: what a row shared by several n-grams does to each that reads it (collision
+interference), and what an edit of it does to the others (collateral).
 
 Two n-grams that land in the same row of one head read the same memory there. For every position
 of some prompts and every one of its 24 rows this measures the row's effect at that layer by
 taking it out: the *one-head-out* change in gate (mean |change| over the streams) and in value
 (L2) when that one row reads zeros, everything else (the layer's input streams, the other 23
 rows) as in the run. Per (position, order) it also takes out all of that order's heads whose row
-is a collision bucket of a corpus (``analysis.row_index.RowIndex``) at once: the gate change
+is a collision bucket of a corpus (``analysis.row_stats.row_index.RowIndex``) at once: the gate change
 against the number of colliding heads is the figure ``viz.edit_plots.gate_change_vs_colliding_heads``.
 These are direct effects at the layer (its own input streams held fixed), exact re-runs of the
 Engram forward (``core.engram.engram_steps`` through the module, rows zeroed at the ``rows`` hook).
 
 How often all 8 heads of an order collide, over a corpus, beside a uniform hash's expectation, is
-``analysis.collisions.CollisionStats.heads_shared`` (drawn by ``viz.heads_shared_vs_expected``).
+``analysis.row_stats.collisions.CollisionStats.heads_shared`` (drawn by ``viz.heads_shared_vs_expected``).
+
+Collateral of an edit: a row is shared by every n-gram hashed into it (a collision bucket), so editing one memory edits
+theirs too. :func:`collateral_ngrams` lists, from a corpus :class:`~engram_viz.analysis.row_stats.row_index.RowIndex`,
+every corpus n-gram in the edited rows; :func:`collateral_reads` takes a re-run
+(``run.counterfactual.EditEffect``) and keeps the edited rows read by n-grams other than the edit's
+own targets, with the change they saw at that position (gate, value, loss).
 """
 
 from __future__ import annotations
@@ -20,7 +27,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from engram_viz.analysis.row_index import RowIndex
+from engram_viz.analysis.row_stats.row_index import RowIndex
+from engram_viz.run.counterfactual import EditEffect
 from engram_viz.run.pipeline import Pipeline
 from engram_viz.run.trace import token_pieces
 
@@ -135,3 +143,29 @@ def collision_interference(pipeline: Pipeline, prompts, index: RowIndex) -> tupl
             heads.append(h[text[h["position"].to_numpy()]])
             orders.append(o[text[o["position"].to_numpy()]])
     return pd.concat(heads, ignore_index=True), pd.concat(orders, ignore_index=True)
+
+
+def collateral_ngrams(index: RowIndex, rows: dict[int, object], decoder=None) -> pd.DataFrame:
+    """Every corpus n-gram kept by ``index`` in the rows ``{layer: rows}``: layer, row, order, head,
+    n_ngrams, collision, ngram, count (and text with a ``decoder``), most frequent first per row."""
+    parts = [index.row_frame(layer, np.asarray(list(r), dtype=np.int64), decoder) for layer, r in rows.items()]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def collateral_reads(
+    effect: EditEffect, own: pd.DataFrame | None = None, own_prompt: str | None = None
+) -> pd.DataFrame:
+    """Edited rows read at positions that are not the edit's own targets: ``effect.reads`` without
+    the (position, layer, order, head) reads of ``own`` (e.g. ``EntityRows.ngrams``) in prompt
+    ``own_prompt``, joined with that position's d_gate_max, value_change and (whole models) d_loss."""
+    reads = effect.reads
+    if own is not None and own_prompt is not None:
+        keys = ["position", "layer", "order", "head"]
+        mine = own[keys].assign(prompt=own_prompt, _own=True)
+        reads = reads.merge(mine, on=["prompt", *keys], how="left")
+        reads = reads[reads["_own"].isna()].drop(columns="_own")
+    cols = ["prompt", "position", "layer", "token", "d_gate_max", "value_change"]
+    out = reads.merge(effect.positions[cols], on=["prompt", "position", "layer"], how="left")
+    if effect.loss is not None:
+        out = out.merge(effect.loss[["prompt", "position", "d_loss"]], on=["prompt", "position"], how="left")
+    return out.reset_index(drop=True)

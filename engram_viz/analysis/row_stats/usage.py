@@ -33,9 +33,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from engram_viz.analysis.columns import column_view, iter_columns, run_column_pass, top_indices
-from engram_viz.analysis.counts import NgramCounts
-from engram_viz.analysis.decoder import make_decoder
+from engram_viz.analysis.corpus.bucket_passes import column_view, iter_columns, run_column_pass, top_indices
+from engram_viz.analysis.corpus.ngram_counts import NgramCounts
+from engram_viz.analysis.corpus.ngram_text import make_decoder
 from engram_viz.config import EngramConfig, load_config
 from engram_viz.core.layout import EngramLayout
 

@@ -23,14 +23,14 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from engram_viz import settings
-from engram_viz.analysis.corpus_sources import default_corpus_files, default_corpus_sources
-from engram_viz.analysis.counts import NgramCounts
-from engram_viz.analysis.documents import CorpusError, is_jsonl, iter_documents
-from engram_viz.analysis.windows import StreamWindows
+from engram_viz.analysis.corpus.default_corpus import default_corpus_files, default_corpus_sources
+from engram_viz.analysis.corpus.documents import CorpusError, is_jsonl, iter_documents
+from engram_viz.analysis.corpus.ngram_counts import NgramCounts
+from engram_viz.analysis.corpus.windows import StreamWindows
 from engram_viz.config import EngramConfig, load_config
 from engram_viz.core.tokenizer import BOS_ID, get_tokenizer
 from engram_viz.run.prompts import load_prompts
-from engram_viz.weights.default import default_config
+from engram_viz.weights.resolve import default_config
 
 SAMPLE_TOKENS = 60_000  # tokens per default corpus file in corpus_sample, unless the environment says
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 
 from engram_viz._files import atomic_writer
-from engram_viz.analysis.keys import KEY_BITS, check_order, pack_ngrams, unpack_ngrams
-from engram_viz.analysis.spill import KEY_BYTES, SpillStore, merge_sorted, parse_memory_limit
-from engram_viz.analysis.windows import bool_mask, sequence_windows, window_ngrams
+from engram_viz.analysis.corpus.keys import KEY_BITS, check_order, pack_ngrams, unpack_ngrams
+from engram_viz.analysis.corpus.spill import KEY_BYTES, SpillStore, merge_sorted, parse_memory_limit
+from engram_viz.analysis.corpus.windows import bool_mask, sequence_windows, window_ngrams
 from engram_viz.config import EngramConfig, load_config
 
 

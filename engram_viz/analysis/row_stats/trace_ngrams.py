@@ -1,19 +1,31 @@
 """The n-grams of a Trace: its text positions as an n-gram population, per-position corpus
-frequency, and the windows one prompt's positions hash.
+frequency and collision exposure, and the windows one prompt's positions hash.
 
 A Trace stores ``compressed_ids`` ``[B, T]`` as the hash cache sees them (DEAD = -1 at image
 positions) and ``token_types`` (TEXT = -1); :func:`trace_sequences` cuts them into the per-prompt
 sequences every consumer reads (padding dropped), so the image mask and the pad are decided once.
 Windows and blocked slots come from ``windows`` (the one numpy statement of the blocked rule).
+
+Collision exposure (:func:`collision_exposure`): for every position of a Trace, how many of its 24 rows
+also hold a different n-gram of a population.
+
+The population is the trace's own text positions (each prompt a sequence from position 0, image
+positions left out and blocking, see ``trace_ngrams.trace_sequences``), plus a reference corpus
+(a ``CollisionStats``) when given. A Trace carries the result in ``trace.extras["exposure"]``,
+which its ``gates`` frame turns into the ``exposure`` column::
+
+    trace.extras["exposure"] = collision_exposure(trace, pipe.config)
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import torch
 
-from engram_viz.analysis.counts import NgramCounts
-from engram_viz.analysis.windows import DEAD, sequence_blocked, sequence_windows, window_ngrams
+from engram_viz.analysis.corpus.ngram_counts import NgramCounts
+from engram_viz.analysis.corpus.windows import DEAD, sequence_blocked, sequence_windows, window_ngrams
+from engram_viz.analysis.row_stats.collisions import CollisionStats
 from engram_viz.config import EngramConfig, load_config
 from engram_viz.run.trace import Trace
 
@@ -70,3 +82,20 @@ def ngram_windows_table(trace: Trace, config: EngramConfig | str, prompt: str | 
             rec[f"{order}-gram"] = "BLOCKED" if blocked[t, order - 1] else "".join(pieces[t - order + 1 : t + 1])
         rows.append(rec)
     return pd.DataFrame(rows)
+
+
+def collision_exposure(trace: Trace, config: EngramConfig, stats: CollisionStats | None = None) -> torch.Tensor:
+    """int64 ``[B, T, n_layers]``: per position, how many of its 24 rows also hold a different n-gram
+    of the population - the trace's own text positions, plus ``stats`` (a ``CollisionStats`` of a
+    reference corpus) when given. 0 at image and padded positions."""
+    population = CollisionStats(config)
+    if stats is not None:
+        population.merge(stats)
+    sequences = trace_sequences(trace)
+    for compressed, text in sequences:
+        population.add_compressed(compressed, text)
+    per_prompt = population.exposure_ragged([c for c, _ in sequences], [m for _, m in sequences])
+    out = torch.zeros((trace.batch_size, trace.seq_len, len(trace.layer_ids)), dtype=torch.int64)
+    for i, e in enumerate(per_prompt):
+        out[i, : len(e)] = torch.from_numpy(np.asarray(e, dtype=np.int64))
+    return out.masked_fill(~trace.valid.unsqueeze(-1), 0)

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from engram_viz.analysis.edit_targets import EntityRows, entity_rows
-from engram_viz.analysis.row_lens import LensError
+from engram_viz.analysis.edits.row_lens import LensError
+from engram_viz.analysis.edits.targets import EntityRows, entity_rows
 from engram_viz.run.capture import force_gate
 from engram_viz.run.counterfactual import EditEffect, compare_edit
 from engram_viz.run.pipeline import Pipeline

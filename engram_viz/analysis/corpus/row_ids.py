@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from engram_viz.analysis.hash_kernel import compiled_rows
+from engram_viz.analysis.corpus.row_id_kernel import compiled_rows
 from engram_viz.core.layout import EngramLayout
 
 COMPILED_MIN = 1 << 16  # positions from which the compiled kernel pays for its one-off compile

@@ -1,6 +1,6 @@
 """Counting a corpus on Dask (``dask.distributed``, the optional ``corpus`` extra).
 
-``count_corpus_dask`` gives exactly the :class:`~engram_viz.analysis.corpus_counts.CorpusStats`
+``count_corpus_dask`` gives exactly the :class:`~engram_viz.analysis.corpus.counting.CorpusStats`
 of ``count_corpus`` (same counts, raw counts, per-file records), spread over the workers of a
 local cluster (``workers=N``) or of an existing one (``scheduler="tcp://host:8786"``):
 
@@ -48,9 +48,9 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from engram_viz.analysis.corpus_counts import CorpusStats, count_batch, file_record
-from engram_viz.analysis.counts import NgramCounts
-from engram_viz.analysis.documents import CorpusError, Span, document_spans, is_gzip, iter_span_documents
+from engram_viz.analysis.corpus.counting import CorpusStats, count_batch, file_record
+from engram_viz.analysis.corpus.documents import CorpusError, Span, document_spans, is_gzip, iter_span_documents
+from engram_viz.analysis.corpus.ngram_counts import NgramCounts
 from engram_viz.config import EngramConfig
 
 RETRIES = 3  # extra tries of a task that raised (a lost worker's tasks are rerun regardless)

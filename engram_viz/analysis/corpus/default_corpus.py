@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 
 from engram_viz._cache import cached_path, is_verified
-from engram_viz.analysis.documents import CorpusError
+from engram_viz.analysis.corpus.documents import CorpusError
 from engram_viz.settings import cache_dir
 from engram_viz.tiny import sources
 

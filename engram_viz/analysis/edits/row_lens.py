@@ -4,7 +4,7 @@ For a row id of an Engram layer, :func:`row_lens` gathers:
 
 - its owner: the (layer, order, head) column and bucket (``core.layout.EngramLayout.owner``);
 - the corpus n-grams landing in it with their counts and whether it is a collision bucket
-  (``analysis.row_index.RowIndex``);
+  (``analysis.row_stats.row_index.RowIndex``);
 - for a model with an LM head (the tiny LM): the tokens its value contribution promotes and
   suppresses. ``wkv`` is linear in the 24 gathered rows, so row r (in slot c of its owner's
   column) adds ``v_r = W_value[:, c * head_dim : (c + 1) * head_dim] @ row_r`` (float32, before the
@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from engram_viz.analysis.row_index import RowIndex
+from engram_viz.analysis.row_stats.row_index import RowIndex
 from engram_viz.core.layout import EngramLayout, RowOwner
 from engram_viz.errors import EngramVizError
 from engram_viz.run.pipeline import Pipeline

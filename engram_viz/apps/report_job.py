@@ -1,7 +1,7 @@
 """The main job: ``engram-viz report`` - run a prompt set, write tables, figures and one HTML report.
 
 ``write_report(out, checkpoint=None, prompts=None)`` runs the prompt set (default: the shipped set
-that fits the weights, ``run.prompt_sets``: ``default`` for the tiny LM, ``paper`` otherwise) through a :class:`~engram_viz.run.pipeline.Pipeline` on the embedded
+that fits the weights, ``run.prompts``: ``default`` for the tiny LM, ``paper`` otherwise) through a :class:`~engram_viz.run.pipeline.Pipeline` on the embedded
 default weights or a checkpoint folder, and writes into ``out``::
 
     report.html               one self-contained page: no scripts, no network; figures embedded as
@@ -23,7 +23,7 @@ folder beside ``out`` and swapped in when complete, so ``out`` always holds one 
 previous one after a failed or interrupted run, none if there was none) and a rerun with other
 prompts leaves no stale file; a second run into the same ``out`` meanwhile fails at once. The page and the manifest say which model
 and weights and which stream source produced them; synthetic weights are flagged. The tables come
-from :mod:`engram_viz.analysis.gate_summary`, :class:`RowUsage` and :class:`CollisionStats`; the
+from :mod:`engram_viz.analysis.gates.summary`, :class:`RowUsage` and :class:`CollisionStats`; the
 page from :mod:`engram_viz.viz.report_page`.
 """
 
@@ -47,17 +47,15 @@ import torch
 
 from engram_viz import settings
 from engram_viz._files import atomic_folder, atomic_write_text, write_table
-from engram_viz.analysis.collisions import CollisionStats
-from engram_viz.analysis.exposure import collision_exposure
-from engram_viz.analysis.gate_summary import gate_summary
-from engram_viz.analysis.trace_ngrams import population_from_trace
-from engram_viz.analysis.usage import RowUsage
+from engram_viz.analysis.gates.summary import gate_summary
+from engram_viz.analysis.row_stats.collisions import CollisionStats
+from engram_viz.analysis.row_stats.trace_ngrams import collision_exposure, population_from_trace
+from engram_viz.analysis.row_stats.usage import RowUsage
 from engram_viz.apps.report_memory import memory_section
 from engram_viz.config import EngramConfig
 from engram_viz.errors import EngramVizError
 from engram_viz.run.pipeline import Pipeline
-from engram_viz.run.prompt_sets import prompt_set_for, prompt_set_path
-from engram_viz.run.prompts import load_prompts
+from engram_viz.run.prompts import load_prompts, prompt_set_for, prompt_set_path
 from engram_viz.run.trace import Trace
 from engram_viz.viz.collision_plots import collisions_vs_expected
 from engram_viz.viz.export import check_offline_html, export_all
@@ -330,7 +328,7 @@ def _build_report(
     prompt_set = load_prompts(prompts) if prompts is not None else None
     say(f"loading weights ({'default' if checkpoint is None else checkpoint})")
     pipe = Pipeline(checkpoint, streams=streams, device=device, mode=mode, batch_size=batch_size)
-    # no prompts given: the shipped set that fits the weights (run.prompt_sets)
+    # no prompts given: the shipped set that fits the weights (run.prompts)
     prompts_file = Path(prompts) if prompts is not None else prompt_set_path(prompt_set_for(pipe.lm is not None))
     prompt_set = prompt_set if prompt_set is not None else load_prompts(prompts_file)
     say(f"running {len(prompt_set)} prompts on {pipe.device}")

@@ -34,18 +34,18 @@ import pandas as pd
 
 from engram_viz import settings
 from engram_viz._files import atomic_folder, atomic_write_text, write_table
-from engram_viz.analysis.collisions import CollisionStats, analyse_together
-from engram_viz.analysis.corpus_counts import CorpusStats, checked_files, count_corpus
-from engram_viz.analysis.corpus_engine import checked_workers, count_corpus_dask, dask_client
-from engram_viz.analysis.corpus_sources import default_corpus_files, default_corpus_sources
-from engram_viz.analysis.counts import NgramCounts
-from engram_viz.analysis.decoder import NgramDecoder
-from engram_viz.analysis.documents import CorpusError
-from engram_viz.analysis.spill import parse_memory_limit
-from engram_viz.analysis.usage import RowUsage
+from engram_viz.analysis.corpus.counting import CorpusStats, checked_files, count_corpus
+from engram_viz.analysis.corpus.dask_counting import checked_workers, count_corpus_dask, dask_client
+from engram_viz.analysis.corpus.default_corpus import default_corpus_files, default_corpus_sources
+from engram_viz.analysis.corpus.documents import CorpusError
+from engram_viz.analysis.corpus.ngram_counts import NgramCounts
+from engram_viz.analysis.corpus.ngram_text import NgramDecoder
+from engram_viz.analysis.corpus.spill import parse_memory_limit
+from engram_viz.analysis.row_stats.collisions import CollisionStats, analyse_together
+from engram_viz.analysis.row_stats.usage import RowUsage
 from engram_viz.config import EngramConfig, load_config
 from engram_viz.core.tokenizer import get_tokenizer
-from engram_viz.weights.default import default_config
+from engram_viz.weights.resolve import default_config
 
 
 def peak_rss_mb() -> float:

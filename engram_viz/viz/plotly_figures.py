@@ -187,7 +187,7 @@ def gate_difference_interactive(
     difference (at least 0.05); tokens only in one prompt are gaps.
 
     diff: pair, kind, position_a, position_b, token_a, token_b, layer, stream, gate_a, gate_b, diff
-    (``engram_viz.analysis.comparison.gate_difference``).
+    (``engram_viz.analysis.gates.comparison.gate_difference``).
     """
     go, _ = _plotly()
     matrix, rows, labels, scale = diff_matrix(diff)

@@ -30,16 +30,16 @@ import numpy as np
 import pandas as pd
 import torch
 
-from engram_viz.analysis.counts import NgramCounts
-from engram_viz.analysis.trace_ngrams import trace_sequences
-from engram_viz.analysis.windows import sequence_blocked, sequence_windows, window_ngrams
+from engram_viz.analysis.corpus.ngram_counts import NgramCounts
+from engram_viz.analysis.corpus.windows import sequence_blocked, sequence_windows, window_ngrams
+from engram_viz.analysis.row_stats.trace_ngrams import trace_sequences
 from engram_viz.config import EngramConfig
 from engram_viz.core.tokenizer import get_tokenizer
 from engram_viz.errors import EngramVizError
 from engram_viz.run.trace import Trace
 from engram_viz.settings import cache_dir
 from engram_viz.tiny.data import batch_offsets, build_corpus, windows_at
-from engram_viz.tiny.probe import probe_windows
+from engram_viz.tiny.position_scores import probe_windows
 
 OFTEN = 20  # training count from which an n-gram is "seen often"
 READ_CHUNK = 4096  # training windows counted at a time

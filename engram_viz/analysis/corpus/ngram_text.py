@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from engram_viz.analysis.windows import DEAD
+from engram_viz.analysis.corpus.windows import DEAD
 from engram_viz.config import EngramConfig
 from engram_viz.core.tokenizer import get_tokenizer
 

@@ -15,7 +15,7 @@ import numpy as np
 from tqdm import tqdm
 
 from engram_viz.core.schema import SAFETENSORS_DTYPES
-from engram_viz.weights.finite import NONFINITE_MASK, SHOWN_ROWS, count_nonfinite, describe, nonfinite_rows
+from engram_viz.weights.nonfinite import NONFINITE_MASK, SHOWN_ROWS, count_nonfinite, describe, nonfinite_rows
 from engram_viz.weights.safetensors import TensorInfo, pread_into
 from engram_viz.weights.scan import CheckpointScan, TensorEntry
 
