@@ -80,6 +80,10 @@ def test_fallbacks_and_errors(monkeypatch):
     a = fp8.dequantize_rows(*fp8.quantize_rows(torch.randn(5, 256))).float()
     with pytest.raises(ValueError, match="wkv gemm 'fp16' unknown"):
         WkvLinear(w, gemm="fp16")
+    # the accumulation probe runs its own bf16 GEMM once per device: on a CPU without bf16 kernels
+    # nothing earlier has run it, so run it (fresh) before counting the calls the layer makes
+    wkv._accumulates_in_float32.cache_clear()
+    wkv.accumulates_in_float32(torch.device("cpu"))
     calls = counted(monkeypatch)
     inexact = WkvLinear(w + 2.0**-12, mode="bf16", trainable=False)  # not a bf16 value
     assert torch.equal(inexact(a), torch.nn.functional.linear(a, inexact.weight).to(torch.bfloat16))
