@@ -284,7 +284,13 @@ def test_app_page_bad_prompts_show_a_message_and_the_app_keeps_working(page, app
     box_a = page.locator(".widget-textarea textarea").first
 
     def shows(what: str, needle: str) -> dict:
-        got = wait_panels(page, lambda p: needle in p["A"]["text"], UPDATE_S, f"a message for {what}")
+        # the panels update one after another: wait for the message and the difference panel's hint
+        got = wait_panels(
+            page,
+            lambda p: needle in p["A"]["text"] and "fix prompt A" in p["diff B-A"]["text"],
+            UPDATE_S,
+            f"a message for {what}",
+        )
         assert got["A"]["text"].startswith("prompt A"), got["A"]["text"]
         assert "Traceback" not in got["A"]["text"]
         assert got["B"]["text"].startswith("prompt B · layer"), "prompt B stopped showing"
