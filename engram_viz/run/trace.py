@@ -36,6 +36,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from engram_viz._cache import file_sha256
 from engram_viz._files import atomic_path, atomic_write_text
 from engram_viz.config import IMAGE, IMAGE_END, IMAGE_NEWLINE, IMAGE_START, TEXT
 from engram_viz.core.hooks import HOOK_SITES, hook_name, parse_hook_name
@@ -51,14 +52,6 @@ _BASE_TENSORS = ("input_ids", "compressed_ids", "token_types", "lengths")
 
 class TraceError(EngramVizError, ValueError):
     """A Trace is inconsistent, or a saved one is missing, corrupt or mismatched."""
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _doc_sha256(doc: Mapping[str, Any]) -> str:
@@ -311,7 +304,7 @@ class Trace(TraceFrames):
         doc = {
             "format": "engram-viz-trace",
             "version": FORMAT_VERSION,
-            "tensors_sha256": _sha256(tensors_path),
+            "tensors_sha256": file_sha256(tensors_path),
             "layer_ids": list(self.layer_ids),
             "prompt_ids": self.prompt_ids,
             "categories": self.categories,
@@ -336,7 +329,7 @@ class Trace(TraceFrames):
             if not p.is_file():
                 raise TraceError(f"{path} is not a saved Trace: {p.name} is missing")
         doc = _read_doc(jpath)
-        if _sha256(tpath) != doc["tensors_sha256"]:
+        if file_sha256(tpath) != doc["tensors_sha256"]:
             raise TraceError(f"{tpath} does not match {jpath} (sha256 differs): the pair was not saved together")
         try:
             flat = load_file(tpath)
