@@ -36,8 +36,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
+from engram_viz._progress import progress_bar
 from engram_viz.config import TEXT, EngramConfig
 from engram_viz.core.engram import Engram, default_device
 from engram_viz.core.hashing import TokenInputError, check_id_values, check_token_types, hash_prompt, id_sequence
@@ -385,7 +385,7 @@ class Pipeline:
         order = sorted(range(len(built)), key=lambda i: len(built[i].input_ids))
         chunks = [[built[i] for i in order[j : j + size]] for j in range(0, len(built), size)]
         if progress:
-            chunks = tqdm(chunks, desc="engram-viz run", unit="batch")
+            chunks = progress_bar(chunks, desc="engram-viz run", unit="batch")
         parts = []
         for chunk in chunks:
             ids, types, lengths = self._pad(chunk)

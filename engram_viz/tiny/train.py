@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import torch
 from matplotlib.figure import Figure
-from tqdm import tqdm
 
 from engram_viz._files import atomic_path
+from engram_viz._progress import progress_bar
 from engram_viz.core.tokenizer import get_tokenizer
 from engram_viz.tiny.data import TRAIN_SOURCES, Corpus, batch_offsets, build_corpus, heldout_windows, windows_at
 from engram_viz.tiny.files import load_tiny_model, save_tiny_model, write_json
@@ -119,7 +119,7 @@ def _train_steps(
     offsets = batch_offsets(len(corpus.train), settings.seq_len, settings.batch, settings.steps, seed)
     history: dict[str, list] = {"train_step": [], "train_loss": [], "eval_step": [], "eval_loss": [], "eval_shut": []}
     use_engram = model.lm.use_engram
-    bar = tqdm(
+    bar = progress_bar(
         range(settings.steps),
         desc=f"train-tiny seed {seed}{'' if use_engram else ' no-engram'}",
         disable=not progress,

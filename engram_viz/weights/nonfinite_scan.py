@@ -3,7 +3,7 @@
 Opening a checkpoint checks the small tensors and a gather checks the rows it reads; a whole scan
 (two 98 GB tables on the real checkpoint) is only done when asked. Tensors are read in chunks of
 whole rows with ``pread`` (resident memory stays at one chunk) and tested with the bit rule of
-``finite.py``; a ``tqdm`` bar counts bytes. Every bad tensor is reported (file, count, first rows),
+``finite.py``; a progress bar (``_progress``) counts bytes. Every bad tensor is reported (file, count, first rows),
 not only the first.
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from tqdm import tqdm
 
+from engram_viz._progress import ProgressBar, progress_bar
 from engram_viz.core.schema import SAFETENSORS_DTYPES
 from engram_viz.weights.nonfinite import NONFINITE_MASK, SHOWN_ROWS, count_nonfinite, describe, nonfinite_rows
 from engram_viz.weights.safetensors import TensorInfo, pread_into
@@ -28,7 +28,7 @@ def _row_bytes(info: TensorInfo) -> int:
     return max(1, inner * info.itemsize)
 
 
-def _scan_part(info: TensorInfo, first_row: int, bar: tqdm) -> tuple[int, int, list[int]]:
+def _scan_part(info: TensorInfo, first_row: int, bar: ProgressBar) -> tuple[int, int, list[int]]:
     """(non-finite values, rows holding one, the first row ids) of one tensor part."""
     dtype = info.torch_dtype
     rb = _row_bytes(info)
@@ -51,7 +51,7 @@ def _scan_part(info: TensorInfo, first_row: int, bar: tqdm) -> tuple[int, int, l
     return values, rows, shown
 
 
-def _scan_entry(entry: TensorEntry, bar: tqdm) -> dict | None:
+def _scan_entry(entry: TensorEntry, bar: ProgressBar) -> dict | None:
     """The finding for one tensor (all its parts), or None when every value is finite."""
     values, rows, shown, files = 0, 0, [], []
     first_row = 0
@@ -84,7 +84,7 @@ def verify_tensors(scan: CheckpointScan, progress: bool = True) -> dict:
     ]
     total = sum(e.nbytes for e in entries)
     bad = []
-    with tqdm(
+    with progress_bar(
         total=total, unit="B", unit_scale=True, desc="verify", disable=not progress, leave=False, dynamic_ncols=True
     ) as bar:
         for entry in sorted(entries, key=lambda e: e.name):

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from engram_viz import settings
+from engram_viz._progress import progress_bar
 from engram_viz.analysis.corpus.default_corpus import default_corpus_files, default_corpus_sources
 from engram_viz.analysis.corpus.documents import CorpusError, is_jsonl, iter_documents
 from engram_viz.analysis.corpus.ngram_counts import NgramCounts
@@ -30,7 +30,7 @@ from engram_viz.analysis.corpus.windows import StreamWindows
 from engram_viz.config import EngramConfig, load_config
 from engram_viz.core.tokenizer import BOS_ID, get_tokenizer
 from engram_viz.run.prompts import load_prompts
-from engram_viz.weights.resolve import default_config
+from engram_viz.weights.resolve import weights_config
 
 SAMPLE_TOKENS = 60_000  # tokens per default corpus file in corpus_sample, unless the environment says
 
@@ -166,17 +166,17 @@ def count_corpus(
     counts: NgramCounts | None = None,
 ) -> CorpusStats:
     """Stream ``files`` into an :class:`NgramCounts` (documents as in the module docstring) under
-    ``config`` (default: the embedded default model's, ``weights.default.default_config``, so the
+    ``config`` (default: the default weights', ``weights.resolve.weights_config``, so the
     row ids are the ones its runs show). Memory: one batch of about ``batch_chars`` characters at
     a time, plus the counts."""
-    cfg = load_config(default_config() if config is None else config)
+    cfg = load_config(weights_config() if config is None else config)
     tok = tokenizer if tokenizer is not None else get_tokenizer(cfg)
     files = checked_files(files, max_tokens)
     stream = StreamWindows(cfg, tok.token_map)
     counts = counts if counts is not None else NgramCounts(cfg, stream.pad_id)
     stats = CorpusStats(counts, np.zeros(cfg.vocab_size, dtype=np.int64))
     t0 = time.perf_counter()
-    bar = tqdm(total=max_tokens, unit="tok", unit_scale=True, disable=not progress, desc="corpus")
+    bar = progress_bar(total=max_tokens, unit="tok", unit_scale=True, disable=not progress, desc="corpus")
     try:
         counter = _Counter(stats, stream, tok, bos, max_tokens, bar)
         going = True

@@ -46,8 +46,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
+from engram_viz._progress import progress_bar
 from engram_viz.analysis.corpus.counting import CorpusStats, count_batch, file_record
 from engram_viz.analysis.corpus.documents import CorpusError, Span, document_spans, is_gzip, iter_span_documents
 from engram_viz.analysis.corpus.ngram_counts import NgramCounts
@@ -202,7 +202,7 @@ def count_corpus_dask(
     tok_f = client.scatter(tok, broadcast=True)
     pending: list[tuple[int, Any]] = []
     tokens = documents = 0
-    bar = tqdm(unit="tok", unit_scale=True, disable=not progress, desc="corpus")
+    bar = progress_bar(unit="tok", unit_scale=True, disable=not progress, desc="corpus")
 
     def settle(fi: int, meta: Any) -> None:
         nonlocal tokens, documents
