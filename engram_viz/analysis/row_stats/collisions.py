@@ -49,12 +49,11 @@ import numpy as np
 import pandas as pd
 
 from engram_viz.analysis.corpus.bucket_passes import bucket_lookup, run_column_pass, top_indices
-from engram_viz.analysis.corpus.ngram_counts import NgramCounts
 from engram_viz.analysis.corpus.ngram_text import make_decoder
 from engram_viz.analysis.corpus.row_ids import ngram_hashes
 from engram_viz.analysis.corpus.windows import sequence_windows, window_ngrams
+from engram_viz.analysis.row_stats.accumulator import NgramAccumulator
 from engram_viz.analysis.row_stats.usage import RowUsage
-from engram_viz.config import EngramConfig, load_config
 from engram_viz.core.layout import EngramLayout
 
 
@@ -183,38 +182,12 @@ def _column_examples(view, colliding: np.ndarray, n_examples: int, per_bucket: i
     return out
 
 
-class CollisionStats:
-    """Accumulator of hash bucket collisions (definition in the module docstring).
+class CollisionStats(NgramAccumulator):
+    """Accumulator of hash bucket collisions (definition in the module docstring); adding, merging
+    and sharing the counts as every :class:`NgramAccumulator` (the population of merged shards is
+    a union of keys, with position counts summed)."""
 
-    ``counts`` lets several analyses share one :class:`NgramCounts` (no copy: add data once,
-    through any of them). ``merge(other)`` adds another shard in place; shards merged equal the
-    whole (the population is a union of keys, with position counts summed).
-    """
-
-    def __init__(
-        self, config: EngramConfig | str = "tiny", counts: NgramCounts | None = None, pad_id: int | None = None
-    ):
-        self.config = load_config(config)
-        self.layout = EngramLayout(self.config)
-        self.counts = counts if counts is not None else NgramCounts(self.config, pad_id)
-        self._cache: tuple[tuple, _Pass] | None = None
-
-    # -- accumulation
-    def add_windows(self, windows: np.ndarray, mask: np.ndarray | None = None) -> None:
-        """Add windows ``[N, max_ngram]`` (``ngrams.StreamWindows``); mask bool ``[N]``, False = skip."""
-        self.counts.add_windows(windows, mask)
-
-    def add_compressed(self, compressed, token_mask=None) -> None:
-        """Add sequences of compressed ids ``[B, T]`` or ``[T]`` (each from position 0);
-        token_mask bool, same shape, False at image positions (and padding)."""
-        self.counts.add_compressed(compressed, token_mask)
-
-    def merge(self, other: CollisionStats) -> CollisionStats:
-        """Add ``other`` into this accumulator (in place); returns self."""
-        if other.config.engram_layer_ids != self.config.engram_layer_ids:
-            raise ValueError("cannot merge collision stats of different Engram layouts")
-        self.counts.merge(other.counts)
-        return self
+    _what = "collision stats"
 
     # -- per n-gram
     def ngram_heads_shared(self, layer: int, order: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -228,27 +201,18 @@ class CollisionStats:
     # -- one pass over the columns
     def _pass(self, n_examples: int | None = None, ngrams_per_bucket: int = 4, candidates: int = 200) -> _Pass:
         """All per-column figures in one pass; ``n_examples`` None reuses any cached pass."""
-        cached = self._cache
-        if (
-            cached is not None
-            and cached[0][0] == self.counts.version
-            and (n_examples is None or cached[0][1:] == (n_examples, ngrams_per_bucket, candidates))
-        ):
-            return cached[1]
-        consumer = self._consumer(3 if n_examples is None else n_examples, ngrams_per_bucket, candidates)
-        run_column_pass(self.layout, self.counts, [consumer])
-        return self._finish(consumer)
+        cached = self._cached(lambda kept: n_examples is None or kept == (n_examples, ngrams_per_bucket, candidates))
+        if cached is not None:
+            return cached
+        return self._run(self._consumer(3 if n_examples is None else n_examples, ngrams_per_bucket, candidates))
 
     def _consumer(self, n_examples: int, ngrams_per_bucket: int, candidates: int) -> _CollisionConsumer:
         return _CollisionConsumer(self.layout, n_examples, ngrams_per_bucket, candidates)
 
-    def _finish(self, consumer: _CollisionConsumer) -> _Pass:
-        result = consumer.result
-        result.columns.sort(key=lambda r: (r["layer"], r["column"]))
+    def _sort(self, result: _Pass) -> None:
+        super()._sort(result)
         result.heads_shared.sort(key=lambda r: (r["layer"], r["order"], r["heads_shared"]))
         result.examples.sort(key=lambda r: (r["layer"], r["order"], r["head"], r["example"], r["ngram_rank"]))
-        self._cache = ((self.counts.version, *consumer.params), result)
-        return result
 
     # -- tables
     def columns(self) -> pd.DataFrame:

@@ -33,10 +33,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from engram_viz.analysis.corpus.bucket_passes import column_view, iter_columns, run_column_pass, top_indices
-from engram_viz.analysis.corpus.ngram_counts import NgramCounts
+from engram_viz.analysis.corpus.bucket_passes import column_view, iter_columns, top_indices
 from engram_viz.analysis.corpus.ngram_text import make_decoder
-from engram_viz.config import EngramConfig, load_config
+from engram_viz.analysis.row_stats.accumulator import NgramAccumulator
 from engram_viz.core.layout import EngramLayout
 
 
@@ -63,6 +62,7 @@ class _UsageConsumer:
     """Collects every RowUsage figure during one pass over the columns (``run_column_pass``)."""
 
     def __init__(self, layout: EngramLayout, top: int, ngrams_per_row: int):
+        self.params = (top, ngrams_per_row)
         self.result = _Pass(top, ngrams_per_row, [], {}, {layer: [] for layer in layout.layer_ids})
 
     def __call__(self, view) -> None:
@@ -113,42 +113,11 @@ class _UsageConsumer:
         del hot[res.top :]
 
 
-class RowUsage:
-    """Accumulator of row hits per (Engram layer, table row).
+class RowUsage(NgramAccumulator):
+    """Accumulator of row hits per (Engram layer, table row); adding, merging and sharing the
+    counts as every :class:`NgramAccumulator`."""
 
-    ``counts`` lets several analyses share one :class:`NgramCounts` (no copy: add data once,
-    through any of them). ``merge(other)`` adds another shard in place; shards merged equal the
-    whole.
-    """
-
-    def __init__(
-        self, config: EngramConfig | str = "tiny", counts: NgramCounts | None = None, pad_id: int | None = None
-    ):
-        self.config = load_config(config)
-        self.layout = EngramLayout(self.config)
-        self.counts = counts if counts is not None else NgramCounts(self.config, pad_id)
-        self._cache: tuple[int, int, _Pass] | None = None
-
-    # -- accumulation
-    def add_windows(self, windows: np.ndarray, mask: np.ndarray | None = None) -> None:
-        """Count windows ``[N, max_ngram]`` (``ngrams.StreamWindows``); mask bool ``[N]``, False = skip."""
-        self.counts.add_windows(windows, mask)
-
-    def add_compressed(self, compressed, token_mask=None) -> None:
-        """Count sequences of compressed ids ``[B, T]`` or ``[T]`` (each from position 0);
-        token_mask bool, same shape, False at image positions (and padding)."""
-        self.counts.add_compressed(compressed, token_mask)
-
-    def merge(self, other: RowUsage) -> RowUsage:
-        """Add ``other`` into this accumulator (in place); returns self."""
-        if other.config.engram_layer_ids != self.config.engram_layer_ids:
-            raise ValueError("cannot merge row usage of different Engram layouts")
-        self.counts.merge(other.counts)
-        return self
-
-    @property
-    def n_positions(self) -> int:
-        return self.counts.n_positions
+    _what = "row usage"
 
     # -- per column / per row
     def column_hits(self, layer: int, order: int, head: int) -> tuple[np.ndarray, np.ndarray]:
@@ -181,26 +150,15 @@ class RowUsage:
     def _pass(self, top: int | None = None, ngrams_per_row: int | None = None) -> _Pass:
         """All per-column figures in one pass, keeping the ``top`` hottest rows per layer with up
         to ``ngrams_per_row`` n-grams each; None reuses any cached pass (defaults 20 and 5)."""
-        cached = self._cache
-        if (
-            cached is not None
-            and cached[0] == self.counts.version
-            and (top is None or cached[1].top >= top)
-            and (ngrams_per_row is None or cached[1].ngrams_per_row >= ngrams_per_row)
-        ):
-            return cached[1]
-        consumer = self._consumer(20 if top is None else top, 5 if ngrams_per_row is None else ngrams_per_row)
-        run_column_pass(self.layout, self.counts, [consumer])
-        return self._finish(consumer)
+        cached = self._cached(
+            lambda kept: (top is None or kept[0] >= top) and (ngrams_per_row is None or kept[1] >= ngrams_per_row)
+        )
+        if cached is not None:
+            return cached
+        return self._run(self._consumer(20 if top is None else top, 5 if ngrams_per_row is None else ngrams_per_row))
 
     def _consumer(self, top: int, ngrams_per_row: int) -> _UsageConsumer:
         return _UsageConsumer(self.layout, top, ngrams_per_row)
-
-    def _finish(self, consumer: _UsageConsumer) -> _Pass:
-        result = consumer.result
-        result.columns.sort(key=lambda r: (r["layer"], r["column"]))
-        self._cache = (self.counts.version, result)
-        return result
 
     # -- tables
     def coverage(self) -> pd.DataFrame:
