@@ -10,6 +10,8 @@ partial file. Parent folders are created.
 - :func:`atomic_path`: a temporary path, for libraries that write to a path themselves
   (``df.to_parquet``, ``safetensors.torch.save_file``, ``np.save``, ``fig.savefig``).
 - :func:`write_table`: a tidy frame as ``NAME.parquet`` and ``NAME.csv``.
+- :func:`write_npz` / :func:`read_npz`: named arrays as one ``.npz`` with a ``meta`` header (the
+  n-gram counts, the row index).
 - :func:`atomic_folder`: a whole run folder (``engram-viz report``, ``engram-viz corpus``), all or
   nothing: built beside the target in ``.NAME.new-XXXX.tmp``, then swapped in (the old folder renamed
   aside to ``.NAME.old-XXXX.tmp``, the new one renamed in, the old one deleted), under a lock on
@@ -33,7 +35,7 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
@@ -138,6 +140,27 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     """Write ``text`` (UTF-8) to ``path`` atomically; returns the path."""
     return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def write_npz(path: str | os.PathLike, arrays: Mapping[str, np.ndarray]) -> Path:
+    """``arrays`` as one uncompressed ``.npz`` (``np.savez``), written atomically; returns the path.
+    The store files of the suite keep their header array under ``meta``."""
+    with atomic_writer(path, "wb") as fh:
+        np.savez(fh, **arrays)
+    return Path(path)
+
+
+@contextmanager
+def read_npz(path: str | os.PathLike, what: str, error: type[Exception]) -> Iterator[tuple[np.ndarray, Any]]:
+    """Open a ``.npz`` of :func:`write_npz`: yields ``(meta, data)``, its ``meta`` array and the open
+    ``NpzFile`` (arrays by name, ``data.files``), closed on exit. A file numpy cannot read raises
+    ``error("<what> file <path> is unreadable: <why>")``; the caller checks ``meta``."""
+    try:
+        data = np.load(path)
+    except (OSError, ValueError) as err:
+        raise error(f"{what} file {path} is unreadable: {err}") from None
+    with data:
+        yield data["meta"], data
 
 
 def flatten_tuples(df: pd.DataFrame) -> pd.DataFrame:

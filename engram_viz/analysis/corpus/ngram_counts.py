@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engram_viz._files import atomic_writer
+from engram_viz._files import read_npz, write_npz
 from engram_viz.analysis.corpus.keys import KEY_BITS, check_order, pack_ngrams, unpack_ngrams
 from engram_viz.analysis.corpus.spill import KEY_BYTES, SpillStore, merge_sorted, parse_memory_limit
 from engram_viz.analysis.corpus.windows import bool_mask, sequence_windows, window_ngrams
@@ -250,18 +250,12 @@ class NgramCounts:
         for n in self.orders:
             for g, lo, c in self.groups(n):
                 arrays[f"o{n}_g{g}_keys"], arrays[f"o{n}_g{g}_counts"] = lo, c
-        with atomic_writer(path, "wb") as fh:
-            np.savez(fh, **arrays)
+        write_npz(path, arrays)
 
     @classmethod
     def load(cls, path: str | Path, config: EngramConfig | str = "tiny") -> NgramCounts:
         out = cls(config)
-        try:
-            data = np.load(path)
-        except (OSError, ValueError) as err:
-            raise ValueError(f"n-gram counts file {path} is unreadable: {err}") from None
-        with data:
-            meta = data["meta"]
+        with read_npz(path, "n-gram counts", ValueError) as (meta, data):
             if int(meta[2]) != out.config.engram_max_ngram_size:
                 raise ValueError(
                     f"{path} holds n-grams up to order {int(meta[2])}; config {out.config.name!r} expects "

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from engram_viz._files import atomic_writer
+from engram_viz._files import read_npz, write_npz
 from engram_viz.analysis.corpus.bucket_passes import ColumnView, iter_columns
 from engram_viz.analysis.corpus.ngram_counts import NgramCounts
 from engram_viz.config import EngramConfig, load_config
@@ -176,19 +176,12 @@ class RowIndex:
         for layer, li in self.layers.items():
             for k, v in vars(li).items():
                 arrays[f"L{layer}_{k}"] = v
-        with atomic_writer(path, "wb") as fh:
-            np.savez(fh, **arrays)
-        return Path(path)
+        return write_npz(path, arrays)
 
     @classmethod
     def load(cls, path: str | Path, config: EngramConfig | str = "tiny") -> RowIndex:
         config = load_config(config)
-        try:
-            data = np.load(path)
-        except (OSError, ValueError) as err:
-            raise RowIndexError(f"row index file {path} is unreadable: {err}") from None
-        with data:
-            meta = data["meta"]
+        with read_npz(path, "row index", RowIndexError) as (meta, data):
             if int(meta[0]) != FORMAT:
                 raise RowIndexError(f"{path}: row index format {int(meta[0])}; expected {FORMAT}")
             want = {f"L{n}_row" for n in config.engram_layer_ids}
