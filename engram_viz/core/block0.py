@@ -73,7 +73,8 @@ def block0(h: torch.Tensor, src: Block0Source, image: torch.Tensor | None = None
         "bias": src.tensor("ffn.gate.bias"),
         "bias_vl": src.tensor("ffn.gate.bias_vl"),
     }
-    shared = tuple(src.linear(f"ffn.shared_experts.{k}") for k in ("w1", "w2", "w3"))
+    w1, w2, w3 = (src.linear(f"ffn.shared_experts.{k}") for k in ("w1", "w2", "w3"))
+    shared = (w1, w2, w3)
     f_in = rms_norm(collapse(x, a_pre), src.tensor("ffn_norm.weight"), cfg.norm_eps)
     return expand(moe(f_in, moe_w, shared, src.expert, cfg, image), x, f_post, f_comb)
 

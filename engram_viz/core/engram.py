@@ -221,7 +221,8 @@ class Engram(nn.Module):
 
         n, k = self.dim * (self.hc_mult + 1), self.n_hash_cols * self.head_dim
         if wkv_weight is None:
-            wkv_weight = torch.randn(n, k, generator=generator) * k**-0.5
+            std: float = k**-0.5  # N(0, 1/K); annotated because int ** float is typed Any
+            wkv_weight = torch.randn(n, k, generator=generator) * std
         if q_weight is None:
             q_weight = torch.ones(self.hc_mult, self.dim)
         if k_weight is None:

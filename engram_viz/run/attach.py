@@ -37,7 +37,7 @@ import inspect
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any, Self, cast
 
 import torch
 from torch import nn
@@ -71,7 +71,7 @@ def find_engram_modules(model: nn.Module) -> dict[int, tuple[str, nn.Module]]:
     for path, module in model.named_modules():
         if not is_engram_like(module):
             continue
-        layer = int(module.layer_id)
+        layer = int(cast(Any, module).layer_id)  # Engram-like: attributes checked by name, not by type
         if layer in found:
             raise AttachError(f"two Engram-like submodules claim layer_id {layer}: {found[layer][0]!r} and {path!r}")
         found[layer] = (path, module)
@@ -100,7 +100,8 @@ def _through(shared: _Shared, site: str, t: torch.Tensor) -> torch.Tensor:
 def _instrumented_forward(module: nn.Module, shared: _Shared) -> Callable:
     """The module's forward as :func:`engram_steps` through every attachment's points (only while hooked)."""
 
-    def forward(self: nn.Module, x: torch.Tensor, hash_ids: torch.Tensor, token_mask: torch.Tensor | None = None):
+    # self: any Engram-like module (ENGRAM_ATTRS by name, not one class), so its attributes are untyped
+    def forward(self: Any, x: torch.Tensor, hash_ids: torch.Tensor, token_mask: torch.Tensor | None = None):
         if not any(p.fns for points in shared.points for p in points.values()):
             return shared.original(x, hash_ids, token_mask)
         if token_mask is None:  # the reference skips the mask; an all-True mask is the same arithmetic
@@ -148,7 +149,7 @@ def _image_prompts(token_types: torch.Tensor | None, prompt_ids: Sequence[str] |
     """Ids of the prompts (rows) holding an image span (``token_types >= 0``)."""
     if token_types is None:
         return []
-    rows = torch.nonzero((torch.as_tensor(token_types) >= 0).any(-1)).flatten().tolist()
+    rows: list[int] = torch.nonzero((torch.as_tensor(token_types) >= 0).any(-1)).flatten().tolist()
     return [prompt_ids[i] if prompt_ids is not None else f"p{i}" for i in rows]
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -130,7 +130,7 @@ class HookRegistry:
         if name in self.points:
             raise ValueError(f"hook point {name!r} is registered twice")
         self._sorted = None
-        self._resolved: dict[tuple[str, ...], list[str]] = {}
+        self._resolved = {}
         if not hasattr(point, "add_hook"):
             raise TypeError(f"hook point {name!r} must be a HookPoint (add_hook), got {type(point).__name__}")
         self.points[name] = point
@@ -147,12 +147,13 @@ class HookRegistry:
     @property
     def names(self) -> list[str]:
         """Every hook name, by layer then in forward order."""
-        if getattr(self, "_sorted", None) is None:
+        names = getattr(self, "_sorted", None)
+        if names is None:
             kinds = list(HOOK_SITES)
-            self._sorted = sorted(
+            names = self._sorted = sorted(
                 self.points, key=lambda n: (parse_hook_name(n)[0], kinds.index(parse_hook_name(n)[1]))
             )
-        return list(self._sorted)
+        return list(names)
 
     def resolve(self, names: str | Iterable[str] | None) -> list[str]:
         """Hook names matched by names or glob patterns (``engram.*.gate``, ``engram.L1.*``).
@@ -186,7 +187,8 @@ class HookRegistry:
     @contextmanager
     def hooks(self, edits: Mapping[str, HookFn] | Iterable[tuple[str, HookFn]] | None = None) -> Iterator[None]:
         """Register editing (or observing) hooks ``{name_or_pattern: fn}`` for the ``with`` block."""
-        items = list(edits.items()) if isinstance(edits, Mapping) else list(edits or [])
+        # cast: isinstance narrows a Mapping | Iterable[tuple] union to Mapping[Unknown, Unknown] as well
+        items = list(cast(Mapping[str, HookFn], edits).items()) if isinstance(edits, Mapping) else list(edits or [])
         removers: list[Callable[[], None]] = []
         try:
             for pattern, fn in items:

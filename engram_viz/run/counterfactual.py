@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -29,6 +30,7 @@ from engram_viz.run.capture import HookFn
 from engram_viz.run.pipeline import Pipeline, PromptInput
 from engram_viz.run.trace import token_pieces
 from engram_viz.weights.row_edits import RowOverlay, edit_tables
+from engram_viz.weights.tables import EngramTable
 
 SITES = ("hash_ids", "gate", "value", "out")
 
@@ -50,9 +52,10 @@ class EditEffect:
     model_label: str
 
 
-def engram_tables(pipeline: Pipeline) -> dict[int, object]:
+def engram_tables(pipeline: Pipeline) -> dict[int, EngramTable]:
     """{layer: the table each Engram layer of ``pipeline`` gathers from}."""
-    return {n: e.table for n, e in pipeline.engrams.items()}
+    # cast: Engram.table is typed as any row gatherer; a Pipeline's loaders give each layer an EngramTable
+    return {n: cast(EngramTable, e.table) for n, e in pipeline.engrams.items()}
 
 
 def _run(pipeline: Pipeline, p: PromptInput, hooks: Mapping[str, HookFn] | None) -> tuple[dict, dict]:
@@ -67,6 +70,7 @@ def _run(pipeline: Pipeline, p: PromptInput, hooks: Mapping[str, HookFn] | None)
 def _token_loss(pipeline: Pipeline, p: PromptInput, logits: torch.Tensor) -> np.ndarray:
     """Next-token loss (nats) at positions 0..T-2: float64 ``[T - 1]``."""
     ids = torch.from_numpy(p.input_ids)
+    assert pipeline.lm is not None  # called only for a whole model (run_edit's whole_model)
     target = pipeline.lm.index_ids(ids[1:].to(logits.device))
     return F.cross_entropy(logits[0, :-1].float(), target, reduction="none").double().cpu().numpy()
 

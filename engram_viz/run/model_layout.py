@@ -62,7 +62,8 @@ def find_layout(model: nn.Module) -> Any | None:
 
 def _module_dims(engrams: Engrams) -> tuple[int, int, float]:
     """The one ``(dim, hc_mult, eps)`` every Engram module shares."""
-    dims = {(int(m.dim), int(m.hc_mult), float(m.eps)) for _, m in engrams.values()}
+    modules: list[Any] = [m for _, m in engrams.values()]  # Engram-like: attributes by name, not by type
+    dims = {(int(m.dim), int(m.hc_mult), float(m.eps)) for m in modules}
     if len(dims) != 1:
         raise LayoutError(f"the Engram modules disagree on (dim, hc_mult, eps): {sorted(dims)}")
     return dims.pop()

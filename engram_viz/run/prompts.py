@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeGuard
 
 import numpy as np
 
@@ -76,7 +77,7 @@ class Prompt:
         return rng.integers(RANDOM_ID_RANGE[0], RANDOM_ID_RANGE[1], size=self.length, dtype=np.int64)
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -178,7 +179,7 @@ def build_prompt(
     """Model inputs ``[T]`` of one prompt (image spans expanded; random ids drawn from the seed)."""
     if tokenizer is None:
         tokenizer = get_tokenizer(config or "tiny")
-    if not prompt.is_random:
+    if prompt.text is not None:  # not a random-token control (Prompt.is_random)
         try:
             return build_input(prompt.text, tokenizer, config, bos=bos)
         except ImagePromptError as err:

@@ -14,6 +14,9 @@ only the Trace's fields (``prompt_ids``, ``pieces``, ``input_ids`` ``[B, T]``, `
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 import pandas as pd
 import torch
@@ -21,6 +24,22 @@ import torch
 
 class TraceFrames:
     """Tidy-table views of a Trace (mixed into :class:`engram_viz.run.trace.Trace`)."""
+
+    if TYPE_CHECKING:  # the Trace fields and views these tables read; Trace defines them
+        layer_ids: tuple[int, ...]
+        prompt_ids: list[str]
+        categories: list[str]
+        input_ids: torch.Tensor
+        compressed_ids: torch.Tensor
+        token_types: torch.Tensor
+        pieces: list[list[str]]
+        extras: dict[str, torch.Tensor]
+        meta: dict[str, Any]
+        valid: torch.Tensor
+        is_image: torch.Tensor
+        row_ids: torch.Tensor
+        gates: torch.Tensor
+        captured: Callable[[str], dict[int, torch.Tensor]]
 
     def _positions(self) -> tuple[np.ndarray, np.ndarray]:
         b, t = np.nonzero(self.valid.numpy())
