@@ -1,25 +1,31 @@
 """Cached derived files with a checksum beside each: a tampered or damaged entry is rebuilt, never used.
 
 Every file the suite derives and keeps in ``settings.cache_dir()`` (the compressed token map, the
-default corpus text, the cached synthetic ``wkv``) is written through :func:`cached_path`, which
-writes the file atomically (``_files.atomic_path``) and then its sidecar ``NAME.sha256`` (one
-line, ``sha256sum`` format: ``<hex digest>  NAME``). :func:`is_verified` is True only when both
+default corpus text, the cached synthetic ``wkv``, the tiny LM's training n-gram counts) is written
+through :func:`cached_path` (or :func:`cached`, which also reads it back), which writes the file
+atomically (``_files.atomic_path``) and then its sidecar ``NAME.sha256`` (one line, ``sha256sum``
+format: ``<hex digest>  NAME``). :func:`is_verified` is True only when both
 exist and the file's sha256 equals the sidecar's. A reader calls it before trusting a cache entry
 and rebuilds on False: an edited, truncated or swapped file, a missing or garbled sidecar, or a
 write interrupted between the file and its sidecar all read as "not cached".
+
+A cached *folder* (the tiny synthetic checkpoint) checks itself when it is opened: :func:`cached_folder`
+opens it, and builds it whole through ``_files.atomic_folder`` when it is missing or does not open.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
-from engram_viz._files import atomic_path, atomic_write_text
+from engram_viz._files import atomic_folder, atomic_path, atomic_write_text
 
 SIDECAR_SUFFIX = ".sha256"
+T = TypeVar("T")
 
 
 def file_sha256(path: str | os.PathLike) -> str:
@@ -64,3 +70,50 @@ def cached_path(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[Path]
     with atomic_path(path, suffix=suffix) as tmp:
         yield tmp
     write_checksum(path)
+
+
+def cached(
+    path: str | os.PathLike,
+    read: Callable[[Path], T | None],
+    build: Callable[[], T],
+    write: Callable[[T, Path], None],
+    suffix: str = ".tmp",
+) -> T:
+    """The value kept at ``path``: ``read(path)`` when the sidecar vouches for the file and ``read``
+    accepts it (None: it does not, e.g. a shape from an older build), else ``build()``, written
+    there by ``write(value, tmp)`` through :func:`cached_path` and returned."""
+    path = Path(path)
+    if is_verified(path):
+        value = read(path)
+        if value is not None:
+            return value
+    value = build()
+    with cached_path(path, suffix=suffix) as tmp:
+        write(value, tmp)
+    return value
+
+
+def cached_folder(
+    path: str | os.PathLike,
+    open_folder: Callable[[Path], T],
+    build: Callable[[Path], None],
+    damaged: tuple[type[Exception], ...],
+) -> T:
+    """The folder kept at ``path``, opened: ``open_folder(path)`` when it opens (``damaged``: the
+    errors that say it does not), else ``build(folder)`` fills a new one, swapped in whole by
+    ``_files.atomic_folder`` (replacing a damaged one), and that is opened. When another process
+    built it first (the build fails but a folder is there now), that one is opened."""
+    path = Path(path)
+    was_damaged = False
+    if path.is_dir():
+        try:
+            return open_folder(path)
+        except damaged:
+            was_damaged = True
+    try:
+        with atomic_folder(path) as folder:
+            build(folder)
+    except OSError:
+        if was_damaged or not path.is_dir():
+            raise
+    return open_folder(path)

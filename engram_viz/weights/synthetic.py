@@ -16,16 +16,15 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import shutil
-import tempfile
 import zlib
 from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
 
-from engram_viz._cache import cached_path, is_verified
+from engram_viz._cache import cached, cached_folder
+from engram_viz._files import atomic_folder
 from engram_viz.config import CONFIG_DIR, FP8_BLOCK_SIZE, PRESETS, EngramConfig, load_config
 from engram_viz.core import fp8
 from engram_viz.core.block0_config import Block0Config
@@ -137,8 +136,8 @@ def write_synthetic_checkpoint(
     ``layout`` is ``"hf"`` (index + 3 shards; the default when ``world_size == 1``) or ``"mp"``
     (``model{i}-mp{world_size}.safetensors``; the default when ``world_size > 1``). The folder gets
     ``config.json``, ``SYNTHETIC.json`` (the marker that labels it synthetic; every shard's
-    metadata says so too) and, with ``tokenizer``, the bundled ``tokenizer.json``. Written into a
-    temporary sibling folder and renamed into place: an error leaves nothing behind.
+    metadata says so too) and, with ``tokenizer``, the bundled ``tokenizer.json``. Written through
+    ``_files.atomic_folder`` (built beside it, swapped in whole): an error leaves nothing behind.
     Configs over 2 GiB (v41-flash) are refused: use ``synthetic_checkpoint`` (procedural tables).
     """
     cfg = load_config(config)
@@ -147,19 +146,12 @@ def write_synthetic_checkpoint(
     out = Path(out_dir)
     if out.exists():
         raise FileExistsError(f"{out} already exists; remove it or choose another folder")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
-    try:
-        _write_folder(tmp, cfg, seed, layout, world_size, tokenizer)
+    with atomic_folder(out) as folder:
+        _write_folder(folder, cfg, seed, layout, world_size, tokenizer)
         if block0 is not None:
             if layout != LAYOUT_HF:
                 raise ValueError(f"block0= needs the hf layout, got {layout!r}")
-            add_block0(tmp, block0, lambda name: _generator(seed, name), {"engram_viz_synthetic": "true"})
-        _publish_modes(tmp)
-        os.rename(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+            add_block0(folder, block0, lambda name: _generator(seed, name), {"engram_viz_synthetic": "true"})
     return out
 
 
@@ -213,15 +205,6 @@ def _write_folder(folder: Path, cfg: EngramConfig, seed: int, layout: str, world
         shutil.copyfile(bundled_tokenizer_file(), folder / "tokenizer.json")
 
 
-def _publish_modes(folder: Path) -> None:
-    """mkdtemp makes a private folder; give it (and its files) the modes the umask allows."""
-    umask = os.umask(0)
-    os.umask(umask)
-    folder.chmod(0o777 & ~umask)
-    for f in folder.iterdir():
-        f.chmod(0o666 & ~umask)
-
-
 def _mp_part(
     cfg: EngramConfig, tensors: dict[str, torch.Tensor], rank: int, world_size: int
 ) -> dict[str, torch.Tensor]:
@@ -273,19 +256,12 @@ def synthetic_checkpoint(config: EngramConfig | str = "tiny", seed: int = 0) -> 
         return _SYNTHETIC_CACHE[key]
     if synthetic_bytes(cfg) <= MAX_WRITE_BYTES:
         folder = cache_dir() / "synthetic" / f"{_config_slug(cfg)}-seed{seed}-v{SYNTHETIC_FORMAT}"
-        ckpt = None
-        if folder.is_dir():
-            try:
-                ckpt = open_checkpoint(folder, cfg)
-            except CheckpointError:  # a damaged cache entry: rebuild it
-                shutil.rmtree(folder, ignore_errors=True)
-        if ckpt is None:
-            try:
-                write_synthetic_checkpoint(folder, cfg, seed)
-            except (FileExistsError, OSError):
-                if not folder.is_dir():  # another process may have won the rename race
-                    raise
-            ckpt = open_checkpoint(folder, cfg)
+        ckpt = cached_folder(
+            folder,
+            lambda path: open_checkpoint(path, cfg),
+            lambda build: _write_folder(build, cfg, seed, LAYOUT_HF, 1, True),
+            damaged=(CheckpointError,),  # a damaged cache entry is rebuilt
+        )
     else:
         ckpt = _procedural_checkpoint(cfg, int(seed), cache_dir() / "synthetic")
     _SYNTHETIC_CACHE[key] = ckpt
@@ -328,17 +304,19 @@ def _cached_wkv(cfg: EngramConfig, seed: int, layer_id: int, cache: Path) -> tup
     """``_synthetic_wkv``, kept in a safetensors file in the cache after the first build (atomic write)."""
     names = engram_names(layer_id)
     path = cache / f"{_config_slug(cfg)}-seed{seed}-v{SYNTHETIC_FORMAT}-wkv-L{layer_id}.safetensors"
-    if is_verified(path):  # the sha256 sidecar matches: not edited or damaged since it was written
+
+    def read(path: Path) -> tuple[torch.Tensor, torch.Tensor] | None:  # the sidecar already matched
         try:
             header = read_safetensors_header(path)
             w = read_tensor(header.tensors[names["wkv_weight"]])
             s = read_tensor(header.tensors[names["wkv_scale"]])
-            n, k = wkv_shape(cfg)
-            if w.shape == (n, k) and w.dtype == torch.float8_e4m3fn and s.dtype == torch.float8_e8m0fnu:
-                return w, s
         except (CheckpointError, KeyError):
-            pass
-    w, s = _synthetic_wkv(cfg, seed, layer_id)
-    with cached_path(path, suffix=".partial") as tmp:
-        _save({names["wkv_weight"]: w, names["wkv_scale"]: s}, tmp, {"engram_viz_synthetic": "true"})
-    return w, s
+            return None
+        n, k = wkv_shape(cfg)
+        ok = w.shape == (n, k) and w.dtype == torch.float8_e4m3fn and s.dtype == torch.float8_e8m0fnu
+        return (w, s) if ok else None
+
+    def write(ws: tuple[torch.Tensor, torch.Tensor], tmp: Path) -> None:
+        _save({names["wkv_weight"]: ws[0], names["wkv_scale"]: ws[1]}, tmp, {"engram_viz_synthetic": "true"})
+
+    return cached(path, read, lambda: _synthetic_wkv(cfg, seed, layer_id), write, suffix=".partial")

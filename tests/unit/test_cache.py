@@ -8,7 +8,15 @@ import hashlib
 import pytest
 import torch
 
-from engram_viz._cache import cached_path, checksum_path, file_sha256, is_verified, write_checksum
+from engram_viz._cache import (
+    cached,
+    cached_folder,
+    cached_path,
+    checksum_path,
+    file_sha256,
+    is_verified,
+    write_checksum,
+)
 from engram_viz.analysis.corpus import default_corpus
 from engram_viz.analysis.corpus.documents import CorpusError
 from engram_viz.config import load_config
@@ -105,3 +113,47 @@ def test_a_tampered_cached_synthetic_wkv_is_rebuilt(tmp_path):
     w, s = synthetic._cached_wkv(cfg, 0, 1, tmp_path)
     assert torch.equal(w.view(torch.uint8), want_w.view(torch.uint8))
     assert torch.equal(s.view(torch.uint8), want_s.view(torch.uint8)) and is_verified(path)
+
+
+def test_cached_reads_a_verified_entry_and_rebuilds_one_it_rejects(tmp_path):
+    path, builds = tmp_path / "value.txt", []
+
+    def build() -> str:
+        builds.append(1)
+        return "fresh"
+
+    def get(read) -> str:
+        return cached(path, read, build, lambda value, tmp: tmp.write_text(value))
+
+    assert get(lambda p: p.read_text()) == "fresh" and is_verified(path) and len(builds) == 1
+    assert get(lambda p: p.read_text()) == "fresh" and len(builds) == 1  # reused
+    assert get(lambda p: None) == "fresh" and len(builds) == 2  # read rejected it: rebuilt
+    path.write_text("edited")
+    assert get(lambda p: p.read_text()) == "fresh" and len(builds) == 3  # sidecar disagrees: rebuilt
+
+
+class Damaged(Exception):
+    pass
+
+
+def test_cached_folder_opens_builds_and_replaces_a_damaged_folder(tmp_path):
+    folder, builds = tmp_path / "entry", []
+
+    def open_folder(path):
+        if not (path / "ok").is_file():
+            raise Damaged(path)
+        return (path / "ok").read_text()
+
+    def build(into):
+        builds.append(into)
+        (into / "ok").write_text("built")
+
+    def get():
+        return cached_folder(folder, open_folder, build, damaged=(Damaged,))
+
+    assert get() == "built" and len(builds) == 1 and builds[0] != folder  # built beside, swapped in
+    assert get() == "built" and len(builds) == 1
+    (folder / "ok").unlink()
+    (folder / "junk").write_text("x")
+    assert get() == "built" and len(builds) == 2 and not (folder / "junk").exists()  # replaced whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["entry"]  # no build folder or lock left

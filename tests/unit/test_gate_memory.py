@@ -10,7 +10,9 @@ import pandas as pd
 import pytest
 import torch
 
+from engram_viz._cache import checksum_path
 from engram_viz.analysis.corpus.ngram_counts import NgramCounts
+from engram_viz.analysis.gates import gate_memory as GM
 from engram_viz.analysis.gates.gate_memory import (
     count_bin,
     gate_count_curve,
@@ -113,3 +115,31 @@ def test_training_recipe_names_the_folder_when_the_section_is_missing():
         training_recipe(None, "some/folder")
     with pytest.raises(EngramVizError, match="seq_len"):
         training_recipe(good | {"settings": {"steps": 2, "batch": 3}}, "f")
+
+
+def test_training_counts_are_cached_with_a_sidecar_and_rebuilt_when_tampered(tmp_path, monkeypatch):
+    """The cache entry goes through _cache: written with its sha256 sidecar, reused while they
+    agree, rebuilt (not trusted) once the file is edited."""
+    monkeypatch.setenv("ENGRAM_VIZ_CACHE", str(tmp_path))
+    config = load_config("tiny")
+    train = torch.from_numpy(np.random.default_rng(1).integers(3, 40, 400))
+    built = []
+
+    class _Corpus:
+        pass
+
+    def fake_corpus(cfg, sources):
+        built.append(sources)
+        corpus = _Corpus()
+        corpus.train = train
+        return corpus
+
+    monkeypatch.setattr(GM, "build_corpus", fake_corpus)
+    training = {"seed": 3, "settings": {"steps": 5, "batch": 4, "seq_len": 16}, "corpus": {"sources": ["kjv"]}}
+    first = GM.training_counts(config, training)
+    (path,) = tmp_path.glob("tiny-read-counts-*.npz")
+    assert checksum_path(path).is_file() and len(built) == 1
+    assert GM.training_counts(config, training) == first and len(built) == 1  # reused, not rebuilt
+    path.write_bytes(path.read_bytes()[:-7] + b"garbage")
+    assert GM.training_counts(config, training) == first and len(built) == 2  # tampered: rebuilt
+    assert GM.training_counts(config, training) == first and len(built) == 2

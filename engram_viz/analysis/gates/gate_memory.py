@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from engram_viz._cache import cached
 from engram_viz.analysis.corpus.ngram_counts import NgramCounts
 from engram_viz.analysis.corpus.windows import sequence_blocked, sequence_windows, window_ngrams
 from engram_viz.analysis.row_stats.trace_ngrams import trace_sequences
@@ -94,18 +95,17 @@ def training_recipe(training: dict | None, where: str) -> dict:
 
 def training_counts(config: EngramConfig, training: dict | None, where: str = "tiny LM") -> NgramCounts:
     """:func:`read_counts` of a tiny LM from its ``training`` section (:func:`training_recipe`),
-    cached in ``cache_dir()/tiny-read-counts-<key>.npz``; needs the sources' Debian packages the
-    first time (``tiny.sources`` names them when missing)."""
+    cached in ``cache_dir()/tiny-read-counts-<key>.npz`` (with its sha256 sidecar, ``_cache``);
+    needs the sources' Debian packages the first time (``tiny.sources`` names them when missing)."""
     recipe = training_recipe(training, where) | {"max_ngram": int(config.engram_max_ngram_size)}
     key = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
     path = cache_dir() / f"tiny-read-counts-{key[:16]}.npz"
-    if path.is_file():
-        return NgramCounts.load(path, config)
-    corpus = build_corpus(config, sources=tuple(recipe["sources"]))  # the split does not depend on the vocabulary
-    counts = read_counts(config, corpus.train, recipe)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    counts.save(path)
-    return counts
+
+    def build() -> NgramCounts:
+        corpus = build_corpus(config, sources=tuple(recipe["sources"]))  # the split does not depend on the vocabulary
+        return read_counts(config, corpus.train, recipe)
+
+    return cached(path, lambda p: NgramCounts.load(p, config), build, NgramCounts.save, suffix=".npz")
 
 
 def trace_memory_frame(
