@@ -1,10 +1,12 @@
-# Two set-up commands (README): `make demo` runs the main job, `make test` the whole suite.
-# Each creates or reuses .venv; only Python 3.11 and pip are assumed.
+# Two set-up commands (README): `make demo` runs the main job, `make test` the whole suite
+# (after `lint` and `typecheck`). Each creates or reuses .venv; only Python 3.11 and pip are assumed.
+# `make fast` runs the unit tier alone (seconds), `make lint` the style and layer gates alone.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 OUT ?= out/report
+LINTED := engram_viz tests notebooks benchmarks
 
-.PHONY: demo test venv system
+.PHONY: demo test fast lint typecheck venv system
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -22,6 +24,16 @@ demo: venv system
 	$(VENV)/bin/engram-viz layout --config v41-flash
 	$(VENV)/bin/engram-viz report --out $(OUT)
 
-test: venv system
+lint: venv
+	$(VENV)/bin/ruff check $(LINTED)
+	$(VENV)/bin/ruff format --check $(LINTED)
 	$(VENV)/bin/lint-imports
+
+typecheck: venv
+	$(VENV)/bin/basedpyright --pythonpath $(PY)
+
+fast: venv
+	$(PY) -m pytest -q -m unit
+
+test: venv system lint typecheck
 	$(PY) -m pytest -q
