@@ -23,8 +23,9 @@ folder beside ``out`` and swapped in when complete, so ``out`` always holds one 
 previous one after a failed or interrupted run, none if there was none) and a rerun with other
 prompts leaves no stale file; a second run into the same ``out`` meanwhile fails at once. The page and the manifest say which model
 and weights and which stream source produced them; synthetic weights are flagged. The tables come
-from :mod:`engram_viz.analysis.gates.summary`, :class:`RowUsage` and :class:`CollisionStats`; the
-page from :mod:`engram_viz.viz.report_page`.
+from :mod:`engram_viz.analysis.gates.summary`, :class:`RowUsage`, :class:`CollisionStats` and
+:mod:`engram_viz.analysis.gates.gate_memory`; the page's sections are declared in
+:mod:`engram_viz.apps.report_sections` and rendered by :mod:`engram_viz.viz.report_page`.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import platform
 import re
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -51,25 +52,16 @@ from engram_viz.analysis.gates.summary import gate_summary
 from engram_viz.analysis.row_stats.collisions import CollisionStats
 from engram_viz.analysis.row_stats.trace_ngrams import collision_exposure, population_from_trace
 from engram_viz.analysis.row_stats.usage import RowUsage
-from engram_viz.apps.report_memory import memory_section
+from engram_viz.apps.report_sections import FigureSpec, report_sections, trace_gate_memory
 from engram_viz.config import EngramConfig
 from engram_viz.errors import EngramVizError
 from engram_viz.run.pipeline import Pipeline
 from engram_viz.run.prompts import load_prompts, prompt_set_for, prompt_set_path
 from engram_viz.run.trace import Trace
-from engram_viz.viz.collision_plots import collisions_vs_expected
 from engram_viz.viz.export import check_offline_html, export_all
-from engram_viz.viz.gate_plots import exposure_beside_gates, gate_distributions, gate_heatmap
-from engram_viz.viz.report_page import render_html
-from engram_viz.viz.token_figure import token_text_figure
-from engram_viz.viz.tokens import token_html
-from engram_viz.viz.usage_plots import coverage_per_column, row_rank_frequency, touched_rows_map
+from engram_viz.viz.report_page import Figure, Section, render_html
 
 FIGURE_FORMATS = ("png", "svg")
-MAX_SHOWCASE = 8  # prompts drawn as heatmaps: the first of each category, at most this many
-
-FigureSpec = tuple[Callable[[], Any], str, str]  # (draw the figure, title, caption)
-DrawnFigure = tuple[list[Path], str, str]  # (its files, title, caption)
 
 
 class ReportError(EngramVizError, RuntimeError):
@@ -121,87 +113,6 @@ def _report_frames(trace: Trace, pipe: Pipeline) -> tuple[dict[str, pd.DataFrame
     return frames, usage
 
 
-def showcase_prompts(trace: Trace, limit: int = MAX_SHOWCASE) -> list[str]:
-    """The first prompt of each category (in file order), at most ``limit``."""
-    seen, out = set(), []
-    for pid, cat in zip(trace.prompt_ids, trace.categories):
-        if cat not in seen:
-            seen.add(cat)
-            out.append(pid)
-    return out[:limit]
-
-
-def _gate_figures(trace: Trace, gates: pd.DataFrame, theme: str) -> dict[str, FigureSpec]:
-    """Gate distributions, token-coloured text per layer, heatmaps of the showcase prompts, exposure."""
-    show = showcase_prompts(trace)
-    specs: dict[str, FigureSpec] = {
-        "gate_distributions": (
-            lambda: gate_distributions(gates, by="category", theme=theme),
-            "Gates by prompt category",
-            (
-                "Per layer, the distribution of gate values over text positions, one box per stream. "
-                "Image positions are left out (their gate is 0 by construction)."
-            ),
-        ),
-    }
-    for layer in trace.layer_ids:
-        specs[f"tokens_L{layer}"] = (
-            lambda layer=layer: token_text_figure(
-                gates, show, layer=layer, stream="mean", theme=theme, title=f"Gate (mean of streams), layer {layer}"
-            ),
-            f"Token-coloured text, layer {layer}",
-            "Each token's background is its gate (mean over streams); image spans are one grey chip.",
-        )
-    for pid in show:
-        specs[f"gates_{pid}"] = (
-            lambda pid=pid: gate_heatmap(gates, pid, theme=theme),
-            f"Gates of {pid!r}",
-            "Stream x position heatmap of the gates, all Engram layers stacked; image positions grey.",
-        )
-    if "exposure" in gates.columns and show:
-        first_text = next((p for p, c in zip(trace.prompt_ids, trace.categories) if c != "image"), show[0])
-        specs[f"exposure_{first_text}"] = (
-            lambda: exposure_beside_gates(gates, first_text, theme=theme),
-            f"Collision exposure beside gates, {first_text!r}",
-            (
-                "Bars: how many of a position's 24 rows also hold a different n-gram of the prompt set; "
-                "r is the correlation of exposure with the mean gate over text positions."
-            ),
-        )
-    return specs
-
-
-def _row_figures(
-    frames: dict[str, pd.DataFrame], usage: RowUsage, config: EngramConfig, theme: str
-) -> dict[str, FigureSpec]:
-    """Collisions vs an ideal hash, coverage, rank-frequency and the touched-row map."""
-    return {
-        "collisions_vs_expected": (
-            lambda: collisions_vs_expected(frames["collision_columns"], theme=theme),
-            "Hash collisions vs an ideal uniform hash",
-            (
-                "Per (order, head) column: buckets holding two or more distinct n-grams of the prompt set "
-                "(bars) against the expectation for a uniform hash into the same prime number of buckets."
-            ),
-        ),
-        "coverage": (
-            lambda: coverage_per_column(frames["usage_columns"], theme=theme, log=True),
-            "Row coverage per column",
-            "Fraction of each column's rows read by the prompt set (rows touched / prime).",
-        ),
-        "rank_frequency": (
-            lambda: row_rank_frequency(usage, theme=theme),
-            "Row rank-frequency",
-            "Hits of the r-th most read row, per layer (log-log).",
-        ),
-        "touched_rows": (
-            lambda: touched_rows_map(usage, config, theme=theme),
-            "Where the touched rows lie",
-            "Each strip is one (order, head) column's row range split into bins; colour = fraction of rows touched.",
-        ),
-    }
-
-
 _GLYPH_RE = re.compile(r"Glyph \d+ \((.+?)\) missing from font")
 
 
@@ -218,26 +129,23 @@ def _missing_glyphs(caught: list[warnings.WarningMessage]) -> list[str]:
     return list(names)
 
 
-def _draw_figures(specs: dict[str, FigureSpec], out: Path) -> tuple[dict[str, DrawnFigure], list[str]]:
-    """Draw and export each figure (one at a time) into ``out/figures``; also the characters that
-    no installed font has (drawn as boxes)."""
-    figures: dict[str, DrawnFigure] = {}
+def _draw_figures(sections: list[Section], out: Path) -> tuple[list[Section], dict[str, Figure], list[str]]:
+    """Draw and export each figure of the sections (one at a time, in page order) into
+    ``out/figures``: the sections with the drawn figures in place of their specs, the figures by
+    name, and the characters that no installed font has (drawn as boxes)."""
+    figures: dict[str, Figure] = {}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        for name, (make, title, caption) in specs.items():
-            fig = make()
-            figures[name] = (export_all(fig, out / "figures" / name, FIGURE_FORMATS), title, caption)
+        for spec in (p for s in sections for p in s.parts if isinstance(p, FigureSpec)):
+            fig = spec.draw()
+            files = tuple(export_all(fig, out / "figures" / spec.name, FIGURE_FORMATS))
+            figures[spec.name] = Figure(spec.name, files, spec.title, spec.caption)
             del fig
-    return figures, _missing_glyphs(caught)
-
-
-def _token_sections(trace: Trace, frames: dict[str, pd.DataFrame], theme: str) -> dict[int, str]:
-    """Layer -> the token-coloured HTML of every prompt (mean gate over the streams)."""
-    return {
-        layer: token_html(frames["gates"], None, layer=layer, stream="mean", rows=frames["rows"], theme=theme,
-                                 full_page=False, fontsize=14.0)
-        for layer in trace.layer_ids
-    }  # fmt: skip
+    drawn = [
+        replace(s, parts=tuple(figures[p.name] if isinstance(p, FigureSpec) else p for p in s.parts))
+        for s in sections
+    ]
+    return drawn, figures, _missing_glyphs(caught)
 
 
 def _package_version() -> str:
@@ -277,12 +185,12 @@ def _provenance(
 
 
 def _write_manifest(
-    out: Path, prov: dict[str, Any], tables: dict[str, list[Path]], figures: dict[str, DrawnFigure]
+    out: Path, prov: dict[str, Any], tables: dict[str, list[Path]], figures: dict[str, Figure]
 ) -> Path:
     manifest = {
         "provenance": prov,
         "tables": {k: [p.relative_to(out).as_posix() for p in v] for k, v in tables.items()},
-        "figures": {k: [p.relative_to(out).as_posix() for p in v[0]] for k, v in figures.items()},
+        "figures": {k: [p.relative_to(out).as_posix() for p in v.files] for k, v in figures.items()},
         "trace": "trace/",
         "html": "report.html",
     }
@@ -339,18 +247,14 @@ def _build_report(
     say("saving trace and tables")
     trace.save(out / "trace")
     frames, usage = _report_frames(trace, pipe)
-    memory_tables, memory_specs = memory_section(trace, pipe.lm, theme, say)  # tiny LM only
-    frames.update(memory_tables)
+    memory = trace_gate_memory(trace, pipe.lm, say)  # tiny LM only
+    frames.update(memory.tables() if memory is not None else {})
     tables = {name: write_table(df, out / "tables", name) for name, df in frames.items()}
     settings.pause_at("report:tables")
 
     say("drawing figures")
-    specs = {
-        **memory_specs,
-        **_gate_figures(trace, frames["gates"], theme),
-        **_row_figures(frames, usage, pipe.config, theme),
-    }
-    figures, missing_glyphs = _draw_figures(specs, out)
+    sections = report_sections(trace, frames, usage, pipe.config, theme, memory)
+    sections, figures, missing_glyphs = _draw_figures(sections, out)
     if missing_glyphs:
         say(
             f"figures draw {len(missing_glyphs)} characters as boxes (no installed font has them): {', '.join(missing_glyphs)}"
@@ -359,9 +263,9 @@ def _build_report(
 
     prov = _provenance(trace, pipe, prompts_file, mode, missing_glyphs)
     _write_manifest(out, prov, tables, figures)
-    html_path = _write_page(render_html(prov, frames, figures, _token_sections(trace, frames, theme), out), out)
+    html_path = _write_page(render_html(prov, sections, out, theme), out)
     return Report(
-        out=out, html=html_path, tables=tables, figures={k: v[0] for k, v in figures.items()}, trace=trace,
+        out=out, html=html_path, tables=tables, figures={k: list(v.files) for k, v in figures.items()}, trace=trace,
         provenance=prov,
     )  # fmt: skip
 

@@ -65,6 +65,11 @@ class Theme:
     token_ramp: tuple[str, ...]
     palette: tuple[str, ...]
     plotly_template: str
+    panel: str  # fill of boxes on HTML pages (provenance, table headers)
+    panel_border: str
+    warn_background: str  # a warning box on HTML pages (synthetic weights, a prompt that cannot run)
+    warn_border: str
+    warn_text: str  # a one-line warning without a box
 
     @property
     def token_cmap(self) -> Colormap:
@@ -86,6 +91,11 @@ THEMES: dict[str, Theme] = {
         token_ramp=("#ffffff", "#c6dbef", "#6baed6", "#2171b5", "#08306b"),
         palette=OKABE_ITO,
         plotly_template="plotly_white",
+        panel="#f5f7fa",
+        panel_border="#dfe3ea",
+        warn_background="#fff4e5",
+        warn_border="#f0b35b",
+        warn_text="#8a4b00",
     ),
     "dark": Theme(
         name="dark",
@@ -97,6 +107,11 @@ THEMES: dict[str, Theme] = {
         token_ramp=("#16181d", "#0b3a5e", "#1f6fa8", "#56b4e9", "#d8f0ff"),
         palette=("#56B4E9", "#E69F00", "#009E73", "#CC79A7", "#F0E442", "#D55E00", "#0072B2"),
         plotly_template="plotly_dark",
+        panel="#1f2229",
+        panel_border="#3a3d45",
+        warn_background="#3a2c14",
+        warn_border="#b07a2a",
+        warn_text="#f0b35b",
     ),
 }
 

@@ -18,13 +18,16 @@ the n-gram reaches before the sequence start or onto an image, "blocked"). Posit
 streams) and, when a ``loss_saved`` column is present (next-token loss with the gates forced to 0
 minus the loss with them open, nats), its mean; :func:`gate_count_curve` the mean gate per bin of
 training count with the Spearman correlation of gate and log(1 + count) over the non-random text
-positions; :func:`memory_targets` the issue's three checks per layer.
+positions; :func:`memory_targets` the issue's three checks per layer; :func:`gate_memory` all of
+them over a Trace at once (the report's gate-versus-memory tables and notebook 02's).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -40,7 +43,7 @@ from engram_viz.errors import EngramVizError
 from engram_viz.run.trace import Trace
 from engram_viz.settings import cache_dir
 from engram_viz.tiny.data import batch_offsets, build_corpus, windows_at
-from engram_viz.tiny.position_scores import probe_windows
+from engram_viz.tiny.position_scores import probe_windows, prompt_loss_saved
 
 OFTEN = 20  # training count from which an n-gram is "seen often"
 READ_CHUNK = 4096  # training windows counted at a time
@@ -225,3 +228,60 @@ def memory_targets(summary: pd.DataFrame, rho: dict[int, float]) -> pd.DataFrame
     out = pd.DataFrame(rows)
     out["met"] = (out.often_minus_random >= 0.15) & (out.often_minus_never >= 0.10) & (out.spearman >= 0.3)
     return out
+
+
+def trace_loss_saved(lm: Any, trace: Trace) -> np.ndarray:
+    """``[B, T]`` loss saved by the open gates at each position of each prompt (NaN: none)."""
+    out = np.full(tuple(trace.input_ids.shape), np.nan)
+    for i, n in enumerate(trace.lengths.tolist()):
+        mask = trace.token_types[i, :n] < 0
+        out[i, :n] = prompt_loss_saved(lm, trace.input_ids[i, :n], mask).numpy()
+    return out
+
+
+def order_targets(trace: Trace, counts: NgramCounts, order: int) -> pd.DataFrame:
+    """:func:`memory_targets` with positions grouped by the training count of their ``order``-gram,
+    with a leading ``order`` column."""
+    frame = trace_memory_frame(trace, counts, order=order)
+    _, rho = gate_count_curve(frame)
+    targets = memory_targets(gate_memory_summary(frame), rho)
+    targets.insert(0, "order", order)
+    return targets
+
+
+@dataclass(frozen=True)
+class GateMemory:
+    """The gate-versus-memory analysis of one Trace of a tiny LM (:func:`gate_memory`)."""
+
+    frame: pd.DataFrame  # trace_memory_frame with loss_saved: one row per (text position, layer)
+    summary: pd.DataFrame  # gate_memory_summary: per layer and memory group
+    curve: pd.DataFrame  # gate_count_curve, with the layer's Spearman correlation as a column
+    rho: dict[int, float]  # layer -> Spearman correlation of gate and log(1 + count)
+    by_category: pd.DataFrame  # positions and mean loss saved per prompt category and memory group
+    targets: pd.DataFrame  # memory_targets for the trigram
+    by_order: pd.DataFrame  # memory_targets for each n-gram order ending at the position
+
+    def tables(self) -> dict[str, pd.DataFrame]:
+        """The report's tables by name: gate_memory, gate_count_curve, loss_by_category,
+        memory_targets, memory_targets_by_order."""
+        return {
+            "gate_memory": self.summary.astype({"group": str}),
+            "gate_count_curve": self.curve.astype({"count_bin": str}),
+            "loss_by_category": self.by_category,
+            "memory_targets": self.targets,
+            "memory_targets_by_order": self.by_order,
+        }
+
+
+def gate_memory(trace: Trace, lm: Any, counts: NgramCounts) -> GateMemory:
+    """Gate versus memory over ``trace`` (run on the tiny LM ``lm``; ``counts``: what it read in
+    training, :func:`training_counts`): the trigram's groups, curve and targets, the loss saved per
+    category and group, and the targets of every n-gram order of the model."""
+    frame = trace_memory_frame(trace, counts, loss_saved=trace_loss_saved(lm, trace))
+    summary = gate_memory_summary(frame)
+    curve, rho = gate_count_curve(frame)
+    curve["spearman"] = curve["layer"].map(rho)
+    by_cat = frame.groupby(["category", "group"]).agg(positions=("gate", "size"), loss_saved=("loss_saved", "mean"))
+    by_cat = by_cat.reset_index()[lambda d: d["group"].isin(GROUPS)].reset_index(drop=True)
+    by_order = pd.concat([order_targets(trace, counts, n) for n in lm.config.ngram_orders], ignore_index=True)
+    return GateMemory(frame, summary, curve, rho, by_cat, memory_targets(summary, rho), by_order)

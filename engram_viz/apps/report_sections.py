@@ -1,0 +1,244 @@
+"""The report's sections, declared once: heading, intro and parts (figures to draw, tables, HTML).
+
+:func:`report_sections` lists every section of ``report.html`` in page order: gate versus memory
+(a tiny LM only), gates by category, gate distributions, token-coloured text (HTML, then figures),
+gate heatmaps of the showcase prompts, collision exposure, hash collisions, row usage. A figure is
+a :class:`FigureSpec` (name, how to draw it, title, caption): the job draws and exports each one
+and hands the page the drawn :class:`~engram_viz.viz.report_page.Figure` in its place.
+:func:`trace_gate_memory` gives the gate-versus-memory analysis
+(:func:`engram_viz.analysis.gates.gate_memory.gate_memory`) or None where it does not apply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from engram_viz.analysis.gates.gate_memory import OFTEN, GateMemory, gate_memory, training_counts
+from engram_viz.analysis.gates.summary import gate_overview
+from engram_viz.analysis.row_stats.usage import RowUsage
+from engram_viz.config import EngramConfig
+from engram_viz.errors import EngramVizError
+from engram_viz.run.trace import Trace
+from engram_viz.viz.collision_plots import collisions_vs_expected
+from engram_viz.viz.gate_plots import exposure_beside_gates, gate_distributions, gate_heatmap
+from engram_viz.viz.memory_plots import gate_vs_memory
+from engram_viz.viz.report_page import Html, Section, Table
+from engram_viz.viz.token_figure import token_text_figure
+from engram_viz.viz.tokens import token_html
+from engram_viz.viz.usage_plots import coverage_per_column, row_rank_frequency, touched_rows_map
+
+MAX_SHOWCASE = 8  # prompts drawn as heatmaps: the first of each category, at most this many
+
+
+@dataclass(frozen=True)
+class FigureSpec:
+    """A figure of the report before it is drawn: ``figures/<name>.png|.svg``, ``draw()`` makes it."""
+
+    name: str
+    draw: Callable[[], Any]
+    title: str
+    caption: str
+
+
+def showcase_prompts(trace: Trace, limit: int = MAX_SHOWCASE) -> list[str]:
+    """The first prompt of each category (in file order), at most ``limit``."""
+    seen, out = set(), []
+    for pid, cat in zip(trace.prompt_ids, trace.categories):
+        if cat not in seen:
+            seen.add(cat)
+            out.append(pid)
+    return out[:limit]
+
+
+def trace_gate_memory(trace: Trace, lm: Any, say: Callable[[str], None]) -> GateMemory | None:
+    """Gate versus memory of ``trace``; None when ``lm`` (the tiny LM) is None or its training text
+    is not installed (said through ``say``)."""
+    if lm is None:
+        return None
+    try:
+        counts = training_counts(lm.config, lm.provenance)
+    except EngramVizError as err:
+        say(f"gate-versus-memory section left out: {err}")
+        return None
+    return gate_memory(trace, lm, counts)
+
+
+def _memory_section(memory: GateMemory, theme: str) -> Section:
+    caption = (
+        "Left: mean gate (over streams) on text positions whose trigram the tiny LM read in "
+        f"training at least {OFTEN} times, 1-{OFTEN - 1} times or never, and on random-token "
+        "controls, per Engram layer. Right: mean gate per bin of that training count, with the "
+        "Spearman correlation of gate and log(1 + count). Tables gate_memory, gate_count_curve, "
+        "loss_by_category (loss saved by the open gates, nats, per prompt category and group); "
+        "memory_targets_by_order groups the positions by their bigram, trigram and 4-gram instead."
+    )
+    figure = FigureSpec(
+        "gate_vs_memory",
+        lambda: gate_vs_memory(memory.summary, memory.curve, memory.rho, theme=theme),
+        "Gate versus memory: do gates open on n-grams the model read?",
+        caption,
+    )
+    intro = (
+        "Does a gate open more where the model's memory holds the n-gram? Text positions grouped by how often "
+        "the tiny LM read their trigram in training (its batches, not the whole training text), and random-token "
+        "controls (tables gate_memory, gate_count_curve, loss_by_category, memory_targets; memory_targets_by_order "
+        "for the bigram and the 4-gram)."
+    )
+    return Section("gate-memory", "Gate versus memory", intro, (figure,))
+
+
+def _gate_sections(trace: Trace, gates: pd.DataFrame, rows: pd.DataFrame, theme: str) -> list[Section]:
+    """Gates by category, distributions, token-coloured text (HTML and figures), heatmaps."""
+    show = showcase_prompts(trace)
+    by_category = Section(
+        "gates-by-category",
+        "Gates by category",
+        "Mean gate over text positions per prompt category and Engram layer, per stream and over all "
+        "streams (median, spread and extremes in tables/gate_summary).",
+        (Table(gate_overview(gates), max_rows=80),),
+    )
+    distributions = FigureSpec(
+        "gate_distributions",
+        lambda: gate_distributions(gates, by="category", theme=theme),
+        "Gates by prompt category",
+        "Per layer, the distribution of gate values over text positions, one box per stream. "
+        "Image positions are left out (their gate is 0 by construction).",
+    )
+    token_text = tuple(
+        Html(
+            token_html(gates, None, layer=layer, stream="mean", rows=rows, theme=theme, full_page=False, fontsize=14.0),
+            heading=f"Engram layer {layer}",
+        )
+        for layer in trace.layer_ids
+    )
+    token_figures = tuple(
+        FigureSpec(
+            f"tokens_L{layer}",
+            lambda layer=layer: token_text_figure(
+                gates, show, layer=layer, stream="mean", theme=theme, title=f"Gate (mean of streams), layer {layer}"
+            ),
+            f"Token-coloured text, layer {layer}",
+            "Each token's background is its gate (mean over streams); image spans are one grey chip.",
+        )
+        for layer in trace.layer_ids
+    )
+    heatmaps = tuple(
+        FigureSpec(
+            f"gates_{pid}",
+            lambda pid=pid: gate_heatmap(gates, pid, theme=theme),
+            f"Gates of {pid!r}",
+            "Stream x position heatmap of the gates, all Engram layers stacked; image positions grey.",
+        )
+        for pid in show
+    )
+    token_intro = (
+        "Every prompt, each token's background its gate (mean over the streams). Hover a token for its position, "
+        "the per-stream gates, its collision exposure and its 24 row ids. Image spans show as one grey chip (gate 0)."
+    )
+    return [
+        by_category,
+        Section("gate-distributions", "Gate distributions", "", (distributions,)),
+        Section("token-text", "Token-coloured text", token_intro, token_text),
+        Section("token-figures", "Token-coloured text (figures)", "", token_figures),
+        Section("gate-heatmaps", "Gate heatmaps", "The first prompt of each category.", heatmaps),
+    ]
+
+
+def _exposure_section(trace: Trace, gates: pd.DataFrame, theme: str) -> Section:
+    """Collision exposure beside the gates of the first text prompt (none without an exposure column)."""
+    show = showcase_prompts(trace)
+    if "exposure" not in gates.columns or not show:
+        return Section("collision-exposure", "Collision exposure")
+    first_text = next((p for p, c in zip(trace.prompt_ids, trace.categories) if c != "image"), show[0])
+    figure = FigureSpec(
+        f"exposure_{first_text}",
+        lambda: exposure_beside_gates(gates, first_text, theme=theme),
+        f"Collision exposure beside gates, {first_text!r}",
+        "Bars: how many of a position's 24 rows also hold a different n-gram of the prompt set; "
+        "r is the correlation of exposure with the mean gate over text positions.",
+    )
+    return Section("collision-exposure", "Collision exposure", "", (figure,))
+
+
+def _collision_section(frames: dict[str, pd.DataFrame], theme: str) -> Section:
+    """Collisions per (layer, order), against an ideal hash, and decoded examples."""
+    parts: list[Any] = []
+    cols = frames["collision_columns"]
+    if len(cols):
+        sums = ["distinct_ngrams", "occupied", "shared_buckets", "expected_shared_buckets", "colliding_ngrams"]
+        parts.append(Table(cols.groupby(["layer", "order"], as_index=False)[sums].sum()))
+    parts.append(
+        FigureSpec(
+            "collisions_vs_expected",
+            lambda: collisions_vs_expected(cols, theme=theme),
+            "Hash collisions vs an ideal uniform hash",
+            "Per (order, head) column: buckets holding two or more distinct n-grams of the prompt set "
+            "(bars) against the expectation for a uniform hash into the same prime number of buckets.",
+        )
+    )
+    if len(frames["collision_examples"]):
+        parts.append(Table(frames["collision_examples"], "Colliding n-grams (decoded)", max_rows=30))
+    intro = (
+        "The key of an n-gram is its tuple of compressed ids (pads included), never its hash; a bucket collides "
+        "when it holds two or more distinct keys of the prompt set. Expected figures are those of an ideal "
+        "uniform hash into the same prime number of buckets."
+    )
+    return Section("collisions", "Hash collisions", intro, tuple(parts))
+
+
+def _usage_section(frames: dict[str, pd.DataFrame], usage: RowUsage, config: EngramConfig, theme: str) -> Section:
+    """Rows touched per layer, coverage, rank-frequency, the touched-row map, the hottest rows."""
+    parts: list[Any] = []
+    usage_cols = frames["usage_columns"]
+    if len(usage_cols):
+        agg = usage_cols.groupby("layer", as_index=False)[["distinct_ngrams", "hits", "rows_touched", "prime"]].sum()
+        agg["coverage"] = agg["rows_touched"] / agg["prime"]
+        parts.append(Table(agg.rename(columns={"prime": "rows"})))
+    parts += [
+        FigureSpec(
+            "coverage",
+            lambda: coverage_per_column(usage_cols, theme=theme, log=True),
+            "Row coverage per column",
+            "Fraction of each column's rows read by the prompt set (rows touched / prime).",
+        ),
+        FigureSpec(
+            "rank_frequency",
+            lambda: row_rank_frequency(usage, theme=theme),
+            "Row rank-frequency",
+            "Hits of the r-th most read row, per layer (log-log).",
+        ),
+        FigureSpec(
+            "touched_rows",
+            lambda: touched_rows_map(usage, config, theme=theme),
+            "Where the touched rows lie",
+            "Each strip is one (order, head) column's row range split into bins; colour = fraction of rows touched.",
+        ),
+    ]
+    if len(frames["hot_rows"]):
+        parts.append(Table(frames["hot_rows"], "Hottest rows and the n-grams that landed there", max_rows=30))
+    return Section("row-usage", "Row usage", "", tuple(parts))
+
+
+def report_sections(
+    trace: Trace,
+    frames: dict[str, pd.DataFrame],
+    usage: RowUsage,
+    config: EngramConfig,
+    theme: str,
+    memory: GateMemory | None = None,
+) -> list[Section]:
+    """Every section of the report in page order (see the module docstring); ``frames``: the
+    report's tables by name (``gates``, ``rows``, ``collision_columns``, ``collision_examples``,
+    ``usage_columns``, ``hot_rows`` are used)."""
+    gates = frames["gates"]
+    return [
+        *([_memory_section(memory, theme)] if memory is not None else []),
+        *_gate_sections(trace, gates, frames["rows"], theme),
+        _exposure_section(trace, gates, theme),
+        _collision_section(frames, theme),
+        _usage_section(frames, usage, config, theme),
+    ]

@@ -1,0 +1,65 @@
+"""HTML from templates: one Jinja2 environment over ``viz/templates/*.html.j2``, autoescape on.
+
+Every HTML view renders through :func:`render`. Values are escaped as ``html.escape`` does (quotes
+included), unless they are already markup (``markupsafe.Markup``, e.g. a rendered sub-view).
+:func:`table_html` is the one DataFrame-to-HTML table and :func:`synthetic_warning` the one
+"synthetic weights" warning; their colours come from the theme (``viz.style.THEMES``).
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import numpy as np
+import pandas as pd
+from markupsafe import Markup
+
+from engram_viz._files import flatten_tuples
+from engram_viz.viz.style import HTML_FONT_STACK, Theme, get_theme
+
+TEMPLATES = Path(__file__).with_name("templates")
+
+
+def _escaped(value: Any) -> Markup:
+    """Each ``{{ value }}``: markup as it is, anything else escaped like ``html.escape``."""
+    return value if isinstance(value, Markup) else Markup(html.escape(str(value)))
+
+
+_ENV = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(TEMPLATES),
+    autoescape=True,
+    finalize=_escaped,
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+    keep_trailing_newline=True,
+)
+_ENV.globals["font_stack"] = HTML_FONT_STACK  # escaped where it lands, e.g. in a style attribute
+_ENV.globals["css_font_stack"] = Markup(HTML_FONT_STACK)  # inside a <style> element, as it is
+
+
+def render(name: str, **context: Any) -> Markup:
+    """Template ``name`` (a file in ``viz/templates``) rendered with ``context``."""
+    return Markup(_ENV.get_template(name).render(**context))
+
+
+def _cell(value: Any, floatfmt: str) -> str:
+    if isinstance(value, float | np.floating):
+        return "NaN" if np.isnan(value) else floatfmt.format(value)
+    return str(value)
+
+
+def table_html(df: pd.DataFrame, max_rows: int = 40, floatfmt: str = "{:.4g}") -> Markup:
+    """The first ``max_rows`` rows of ``df`` as an HTML table (class ``ev``, no index; floats as
+    ``floatfmt``), with a note when rows were left out."""
+    shown = flatten_tuples(df.head(max_rows))
+    rows = [[_cell(v, floatfmt) for v in row] for row in shown.itertuples(index=False, name=None)]
+    return render("table.html.j2", columns=[str(c) for c in shown.columns], rows=rows, n=len(df), max_rows=max_rows)
+
+
+def synthetic_warning(theme: str | Theme = "light", boxed: bool = True) -> Markup:
+    """The warning every view of synthetic weights carries: a box (``boxed``) or one coloured line."""
+    return render("synthetic_warning.html.j2", t=get_theme(theme), boxed=boxed)
