@@ -146,10 +146,16 @@ def main() -> None:
     names = {
         "default (hash_ids, token_mask, gate)": DEFAULT_NAMES,
         "gate only": ["engram.*.gate"],
-        "all but key/out": ["engram.*.hash_ids", "engram.*.token_mask", "engram.*.rows", "engram.*.value",
-                            "engram.*.dot", "engram.*.gate"],
+        "all but key/out": [
+            "engram.*.hash_ids",
+            "engram.*.token_mask",
+            "engram.*.rows",
+            "engram.*.value",
+            "engram.*.dot",
+            "engram.*.gate",
+        ],
         "everything (incl. key, out)": ["engram.*"],
-    }  # fmt: skip
+    }
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(
         f"torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}, reps {args.reps}, "

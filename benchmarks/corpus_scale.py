@@ -144,8 +144,10 @@ def main() -> None:
     tok = get_tokenizer(args.config)
     results = []
     print(f"config {args.config}; limit {args.limit} (client and each worker); fresh process and cluster per row")
-    print(f"{'corpus':>7} {'tokens':>12} {'workers':>7} {'count s':>8} {'merge s':>8} {'tok/s':>10} "
-          f"{'client MiB':>10} {'worker MiB':>16}   distinct 2/3/4-grams (M)")  # fmt: skip
+    print(
+        f"{'corpus':>7} {'tokens':>12} {'workers':>7} {'count s':>8} {'merge s':>8} {'tok/s':>10} "
+        f"{'client MiB':>10} {'worker MiB':>16}   distinct 2/3/4-grams (M)"
+    )
     with tempfile.TemporaryDirectory(prefix="corpus-scale-data-") as data:
         for kind in args.corpus:
             for tokens in args.tokens:

@@ -341,9 +341,16 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = gpu.gather(ids)
     dev_only = Engram(
-        config, args.layer, PregatheredRows(rows, weights.table.num_rows), gpu.wkv.weight, gpu.q_weight,
-        gpu.k_weight, mode=args.mode, device=dev, trainable=False,
-    )  # fmt: skip
+        config,
+        args.layer,
+        PregatheredRows(rows, weights.table.num_rows),
+        gpu.wkv.weight,
+        gpu.q_weight,
+        gpu.k_weight,
+        mode=args.mode,
+        device=dev,
+        trainable=False,
+    )
     time_paths(gpu, dev_only, xg, ids, mask, args.gemms, args.repeats, cuda, res)
     gemm_what_ifs(gpu, rows, args.repeats, cuda, res)
     res["peak_gpu_mem_gib"] = torch.cuda.max_memory_allocated() / 2**30 if cuda else float("nan")

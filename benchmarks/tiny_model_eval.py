@@ -99,8 +99,13 @@ def order_lines(frames: dict[int, dict[int, pd.DataFrame]]) -> list[str]:
 
 def gate_lines(frames: dict[int, pd.DataFrame]) -> list[str]:
     """Per seed and layer: mean gate per memory group, loss saved, the three target figures."""
-    lines = [("| seed | layer | often (>= 20x) | seldom (1-19x) | never | random tokens | often - random | often - never "
-             "| Spearman | random highest? | targets met |"), "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        (
+            "| seed | layer | often (>= 20x) | seldom (1-19x) | never | random tokens | often - random | often - never "
+            "| Spearman | random highest? | targets met |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     saved = ["| seed | often | seldom | never | random tokens |", "|---|---|---|---|---|"]
     for seed, frame in frames.items():
         summary = gate_memory_summary(frame)
@@ -119,8 +124,13 @@ def gate_lines(frames: dict[int, pd.DataFrame]) -> list[str]:
             )
         first = summary[summary["layer"] == summary["layer"].min()]
         saved.append(f"| {seed} | " + " | ".join(f"{x:+.3f}" for x in first["loss_saved"]) + " |")
-    return [*lines, "", "Next-token loss saved by the open gates (gates forced to 0 minus open, nats, mean per group):", "",
-            *saved]  # fmt: skip
+    return [
+        *lines,
+        "",
+        "Next-token loss saved by the open gates (gates forced to 0 minus open, nats, mean per group):",
+        "",
+        *saved,
+    ]
 
 
 def _spread(xs: list[float]) -> tuple[float, float, float]:
@@ -213,9 +223,15 @@ def build_section(runs: Path, model_dir: Path) -> str:
         for s in range(3)
         if eng[s]
     }
-    lines += ["", (f"### Gate versus memory, per seed (mean gate over the 4 streams; {N_HELD} held-out windows, "
-              f"{N_RANDOM} random-token windows of {settings.seq_len} tokens; count: how often the seed's run "
-              f"read the trigram ending at the position)"), ""]  # fmt: skip
+    lines += [
+        "",
+        (
+            f"### Gate versus memory, per seed (mean gate over the 4 streams; {N_HELD} held-out windows, "
+            f"{N_RANDOM} random-token windows of {settings.seq_len} tokens; count: how often the seed's run "
+            f"read the trigram ending at the position)"
+        ),
+        "",
+    ]
     lines += gate_lines({s: f[ORDER] for s, f in frames.items()})
     lines += ["", "The three targets for every n-gram order of the position (2 = the bigram ending there, ...):", ""]
     lines += order_lines(frames)

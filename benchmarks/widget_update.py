@@ -90,15 +90,25 @@ def main() -> None:
     t0 = time.perf_counter()
     pipe = pipeline_from_env(args.checkpoint)
     print(f"model: {pipe.model_label}")
-    print(f"device {pipe.device}, torch threads {torch.get_num_threads()}, cores {os.cpu_count()}; "
-          f"pipeline loaded in {time.perf_counter() - t0:.1f} s")  # fmt: skip
+    print(
+        f"device {pipe.device}, torch threads {torch.get_num_threads()}, cores {os.cpu_count()}; "
+        f"pipeline loaded in {time.perf_counter() - t0:.1f} s"
+    )
     texts = [
         (text_of(pipe, args.tokens, 2 * i + 1), text_of(pipe, args.tokens, 2 * i + 2)) for i in range(args.reps + 1)
     ]
     n_a = len(pipe.build([texts[0][0]])[0].input_ids)
     cmp = PromptComparison(texts[0], pipeline=pipe)  # warm-up (first run, imports)
-    times: dict[str, list[float]] = {k: [] for k in ("pair cold", "one prompt edited", "layer/stream/view switch",
-                                                     "pipeline only", "pipeline only, 1 thread")}  # fmt: skip
+    times: dict[str, list[float]] = {
+        k: []
+        for k in (
+            "pair cold",
+            "one prompt edited",
+            "layer/stream/view switch",
+            "pipeline only",
+            "pipeline only, 1 thread",
+        )
+    }
     for i in range(1, args.reps + 1):
         a, b = texts[i]
         t = time.perf_counter()
@@ -139,8 +149,10 @@ def main() -> None:
         f"{best['pair cold'] / best[floor]:.2f}x best (widget forward threads: {cmp.torch_threads or 'as set'})"
     )
     verdict = "under" if best["pair cold"] < 0.3 else "OVER"
-    print(f"target: pair-cold update < 300 ms -> best {1000 * best['pair cold']:.0f} ms, "
-          f"median {1000 * med['pair cold']:.0f} ms: {verdict} target (best)")  # fmt: skip
+    print(
+        f"target: pair-cold update < 300 ms -> best {1000 * best['pair cold']:.0f} ms, "
+        f"median {1000 * med['pair cold']:.0f} ms: {verdict} target (best)"
+    )
     print(f"load average now: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
 
 

@@ -28,9 +28,17 @@ class ConfigError(EngramVizError, ValueError):
 
 # fields that count something: at least 1
 _POSITIVE = (
-    "vocab_size", "dim", "hc_mult", "n_layers", "engram_vocab_size", "engram_compressed_vocab_size",
-    "engram_n_heads", "engram_head_dim", "vision_patch_size", "vision_downsample_ratio",
-)  # fmt: skip
+    "vocab_size",
+    "dim",
+    "hc_mult",
+    "n_layers",
+    "engram_vocab_size",
+    "engram_compressed_vocab_size",
+    "engram_n_heads",
+    "engram_head_dim",
+    "vision_patch_size",
+    "vision_downsample_ratio",
+)
 
 
 def _require(config: EngramConfig, field: str, ok: bool, expected: str) -> None:
@@ -71,24 +79,40 @@ class EngramConfig:
         _require(self, "vision_max_n_token", self.vision_max_n_token >= 4, "must be at least 4 (a 1x1 image span)")
         _require(self, "vision_min_pixels", self.vision_min_pixels >= 0, "must be at least 0")
         _require(self, "norm_eps", 0 < self.norm_eps < float("inf"), "must be a positive finite number")
-        _require(self, "vision_max_wh_ratio", self.vision_max_wh_ratio is None or self.vision_max_wh_ratio > 0,
-                 "must be null or a positive number")  # fmt: skip
+        _require(
+            self,
+            "vision_max_wh_ratio",
+            self.vision_max_wh_ratio is None or self.vision_max_wh_ratio > 0,
+            "must be null or a positive number",
+        )
         for field in ("engram_pad_id", "image_token_id"):
             value = getattr(self, field)
             _require(self, field, 0 <= value < self.vocab_size, f"must be a raw token id in 0..{self.vocab_size - 1}")
-        _require(self, "engram_compressed_vocab_size", self.engram_compressed_vocab_size <= self.vocab_size,
-                 f"must be at most vocab_size={self.vocab_size} (raw ids merge, never split)")  # fmt: skip
+        _require(
+            self,
+            "engram_compressed_vocab_size",
+            self.engram_compressed_vocab_size <= self.vocab_size,
+            f"must be at most vocab_size={self.vocab_size} (raw ids merge, never split)",
+        )
         ids = self.engram_layer_ids
         _require(self, "engram_layer_ids", len(ids) >= 1 and len(set(ids)) == len(ids), "must list distinct layers")
-        _require(self, "engram_layer_ids", all(0 <= n < self.n_layers for n in ids),
-                 f"must be layer ids in 0..n_layers-1 = 0..{self.n_layers - 1}")  # fmt: skip
+        _require(
+            self,
+            "engram_layer_ids",
+            all(0 <= n < self.n_layers for n in ids),
+            f"must be layer ids in 0..n_layers-1 = 0..{self.n_layers - 1}",
+        )
         if len(self.engram_num_embeddings) != len(ids):
             raise ConfigError(
                 f"config {self.name!r}: engram_num_embeddings has {len(self.engram_num_embeddings)} "
                 f"entries, expected one per engram layer ({len(ids)})"
             )
-        _require(self, "engram_num_embeddings", all(n >= 1 for n in self.engram_num_embeddings),
-                 "must be positive row counts")  # fmt: skip
+        _require(
+            self,
+            "engram_num_embeddings",
+            all(n >= 1 for n in self.engram_num_embeddings),
+            "must be positive row counts",
+        )
         if self.engram_head_dim % FP8_BLOCK_SIZE:
             raise ConfigError(
                 f"config {self.name!r}: engram_head_dim={self.engram_head_dim} must be a multiple "

@@ -74,10 +74,19 @@ def _count(job: tuple, out_dir, max_tokens, workers, scheduler, processes, limit
         return count_corpus(files, cfg, tok, max_tokens, text_field, doc_mode, bos, progress=progress, counts=counts)
     with dask_client(workers, scheduler, processes) as client:
         return count_corpus_dask(
-            client, checked_files(files), cfg, tok, text_field, doc_mode, bos,
-            progress=progress, memory_limit=limit, counts=counts,
-            spool_dir=target.parent, spool_prefix=f".{target.name}.new-spool",
-        )  # fmt: skip
+            client,
+            checked_files(files),
+            cfg,
+            tok,
+            text_field,
+            doc_mode,
+            bos,
+            progress=progress,
+            memory_limit=limit,
+            counts=counts,
+            spool_dir=target.parent,
+            spool_prefix=f".{target.name}.new-spool",
+        )
 
 
 def run_corpus(

@@ -94,9 +94,11 @@ class PromptCache:
             try:
                 with _torch_threads(self.torch_threads):
                     trace = self.pipeline.run(
-                        [{"id": f"_{i}", "text": t, "input_ids": p.input_ids, "token_types": p.token_types}
-                         for i, (t, p) in enumerate(built)],
-                    )  # fmt: skip
+                        [
+                            {"id": f"_{i}", "text": t, "input_ids": p.input_ids, "token_types": p.token_types}
+                            for i, (t, p) in enumerate(built)
+                        ],
+                    )
             except Exception as err:  # noqa: BLE001
                 for t, _ in built:
                     errors[t] = _readable(err)

@@ -54,8 +54,9 @@ class ComparisonControls:
         )
         self.view = W.ToggleButtons(options=list(VIEWS), description="view", style={"button_width": "90px"})
         self.theme = W.Dropdown(options=["light", "dark"], description="theme", layout=W.Layout(width="160px"))
-        self.image_spec = W.Text(value="16x12", description="image", placeholder="WxH or WxHpx",
-                                 layout=W.Layout(width="210px"))  # fmt: skip
+        self.image_spec = W.Text(
+            value="16x12", description="image", placeholder="WxH or WxHpx", layout=W.Layout(width="210px")
+        )
         self.image_target = W.Dropdown(description="into", layout=W.Layout(width="130px"))
         self.image_button = W.Button(description="insert image", icon="image", tooltip="append <image:WxH>")
         self.image_info = W.HTML()

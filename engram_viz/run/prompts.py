@@ -42,8 +42,14 @@ from engram_viz.run.prompt_text import PromptInputError, check_prompt_text
 
 DEFAULT_PROMPTS = DATA_DIR / "prompts" / "default.jsonl"
 CATEGORIES = (
-    "english_entities", "chinese_entities", "idioms", "unseen_names", "novel_sentences", "random_token", "image",
-)  # fmt: skip
+    "english_entities",
+    "chinese_entities",
+    "idioms",
+    "unseen_names",
+    "novel_sentences",
+    "random_token",
+    "image",
+)
 PAPER_CATEGORIES = ("english_entities", "chinese_entities", "idioms", "code", "math", "random_token", "image")
 RANDOM_ID_RANGE = (3, 128000)
 MAX_RANDOM_LENGTH = 1_000_000  # tokens of one random-token control

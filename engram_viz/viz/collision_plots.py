@@ -76,8 +76,16 @@ def _sharing_panel(ax: Axes, at: pd.DataFrame, colour, t: Theme) -> None:
     ax.bar(x, at["ngrams"].to_numpy(dtype=float), width=0.75, color=colour, label="observed")
     exp = at["expected_ngrams"].to_numpy(dtype=float)
     keep = exp >= 1e-3
-    ax.scatter(x[keep], exp[keep], marker="_", s=80, linewidths=1.5, color=t.foreground, zorder=3,
-               label="expected (uniform hash)")  # fmt: skip
+    ax.scatter(
+        x[keep],
+        exp[keep],
+        marker="_",
+        s=80,
+        linewidths=1.5,
+        color=t.foreground,
+        zorder=3,
+        label="expected (uniform hash)",
+    )
     ax.set_yscale("log")
     ax.set_ylim(bottom=0.5)
     ax.set_xticks(x)

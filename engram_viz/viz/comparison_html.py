@@ -205,9 +205,16 @@ class _DifferenceColours:
 
 
 def _paired(
-    d: AlignedDifference, k: int, kind: str, a: PromptResult, b: PromptResult, colours: _DifferenceColours,
-    layer_ids: Sequence[int], labels: tuple[str, str], cell: int,
-) -> str:  # fmt: skip
+    d: AlignedDifference,
+    k: int,
+    kind: str,
+    a: PromptResult,
+    b: PromptResult,
+    colours: _DifferenceColours,
+    layer_ids: Sequence[int],
+    labels: tuple[str, str],
+    cell: int,
+) -> str:
     """Paired token ``k`` of B coloured by its difference: one chip, or a grid of all its gates."""
     (i, j), la, lb = d.paired[k], *labels
     piece, text = b.pieces[j], html.escape(display_piece(b.pieces[j]))
@@ -230,9 +237,15 @@ def _paired(
 
 
 def _difference_tokens(
-    a: PromptResult, b: PromptResult, d: AlignedDifference, colours: _DifferenceColours,
-    layer_ids: Sequence[int], labels: tuple[str, str], t: Theme, cell: int,
-) -> list[str]:  # fmt: skip
+    a: PromptResult,
+    b: PromptResult,
+    d: AlignedDifference,
+    colours: _DifferenceColours,
+    layer_ids: Sequence[int],
+    labels: tuple[str, str],
+    t: Theme,
+    cell: int,
+) -> list[str]:
     """HTML of every aligned pair in reading order (one chip per image span)."""
     k_of = {pair: k for k, pair in enumerate(d.paired)}
     parts, idx, pairs = [], 0, d.pairs

@@ -48,8 +48,13 @@ def loss_change_by_token(
         x = np.arange(len(at))
         w = 0.8 / max(len(series), 1)
         for i, col in enumerate(series):
-            panel.bar(x + (i - (len(series) - 1) / 2) * w, at[col] - at["loss"], width=w,
-                      color=t.palette[i % len(t.palette)], label=SERIES.get(col, col))  # fmt: skip
+            panel.bar(
+                x + (i - (len(series) - 1) / 2) * w,
+                at[col] - at["loss"],
+                width=w,
+                color=t.palette[i % len(t.palette)],
+                label=SERIES.get(col, col),
+            )
         where = at["position"].to_numpy()
         for j in np.flatnonzero(np.isin(where, list(highlight))):
             panel.axvspan(j - 0.5, j + 0.5, color=t.muted, alpha=0.15, lw=0)

@@ -161,8 +161,15 @@ def token_text_figure(
         fig.set_size_inches(width, height)
         top = height - ink.margin
         if title:
-            fig.text(ink.margin, top - fontsize / 72, title, transform=fig.dpi_scale_trans,
-                     fontsize=fontsize * 1.05, weight="bold", parse_math=False)  # fmt: skip
+            fig.text(
+                ink.margin,
+                top - fontsize / 72,
+                title,
+                transform=fig.dpi_scale_trans,
+                fontsize=fontsize * 1.05,
+                weight="bold",
+                parse_math=False,
+            )
             top -= title_h
         for prompt, placed in blocks:
             label = f"{prompt}  \u00b7  layer {layer}  \u00b7  {stream_label(stream)}"

@@ -60,9 +60,14 @@ def test_a_loopback_host_gets_no_warning(host):
 
 @pytest.mark.parametrize(
     ("host", "says"),
-    [("0.0.0.0", "every network interface"), ("::", "every network interface"), ("", "every network interface"),
-     ("192.168.1.5", "not a loopback"), ("myhost.example.org", "not a loopback")],
-)  # fmt: skip
+    [
+        ("0.0.0.0", "every network interface"),
+        ("::", "every network interface"),
+        ("", "every network interface"),
+        ("192.168.1.5", "not a loopback"),
+        ("myhost.example.org", "not a loopback"),
+    ],
+)
 def test_a_host_other_machines_reach_is_warned_about(host, says):
     warning = exposure_warning(host)
     assert warning.startswith("engram-viz app: warning: ") and says in warning and "--host 127.0.0.1" in warning

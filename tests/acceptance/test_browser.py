@@ -265,9 +265,11 @@ def test_app_page_updates_and_layer_or_stream_changes_the_view(page, app, tmp_pa
     page.locator("button", has_text="insert image").click()
     only_in_b = re.compile(r"\b([1-9]\d*) only in B,")  # the summary line (the legend says 'only in B' too)
     with_image = wait_panels(
-        page, lambda p: only_in_b.search(p["diff B-A"]["text"]) and "image" in p["B"]["text"].split("gate (")[0],
-        UPDATE_S, "an image span inserted into prompt B",
-    )  # fmt: skip
+        page,
+        lambda p: only_in_b.search(p["diff B-A"]["text"]) and "image" in p["B"]["text"].split("gate (")[0],
+        UPDATE_S,
+        "an image span inserted into prompt B",
+    )
     assert "<image:16x12>" in boxes.nth(1).input_value()
     assert with_image["B"]["text"].startswith("prompt B · layer")
     assert int(only_in_b.search(with_image["diff B-A"]["text"]).group(1)) >= 16 * 12  # the span's positions
@@ -314,11 +316,14 @@ def test_app_page_bad_prompts_show_a_message_and_the_app_keeps_working(page, app
     _type_prompt(page, box_a, NEW_A)
     ok = wait_panels(
         page,
-        lambda p: p["A"]["text"].startswith("prompt A · layer") and "Cleopatra" in p["A"]["text"]
-        and "aligned tokens" in p["diff B-A"]["text"],
+        lambda p: (
+            p["A"]["text"].startswith("prompt A · layer")
+            and "Cleopatra" in p["A"]["text"]
+            and "aligned tokens" in p["diff B-A"]["text"]
+        ),
         UPDATE_S,
         "the valid prompt after the bad ones",
-    )  # fmt: skip
+    )
     assert "2 of 2 prompts shown" in panels(page)["status"]["text"]
     assert ok["B"]["text"].startswith("prompt B · layer")
     assert not page.errors, f"uncaught errors in the page: {page.errors}"

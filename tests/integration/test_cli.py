@@ -172,8 +172,14 @@ def test_a_cache_that_is_a_file_or_holds_a_folder_for_a_file(tmp_path, monkeypat
     afile = tmp_path / "afile"
     afile.write_text("x")
     env = {**os.environ, CACHE: str(afile)}
-    proc = subprocess.run([sys.executable, "-m", "engram_viz.cli", "hash", "hi"], env=env, capture_output=True,
-                          text=True, timeout=300, check=False)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "engram_viz.cli", "hash", "hi"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert_one_line_error(proc, "hash", f"${CACHE}={afile}", "it is a file")
 
     cache = tmp_path / "cache"
@@ -189,9 +195,14 @@ def test_a_cache_that_is_a_file_or_holds_a_folder_for_a_file(tmp_path, monkeypat
     for p in written:
         p.unlink()
     token_map.mkdir()
-    proc = subprocess.run([sys.executable, "-m", "engram_viz.cli", "hash", "hi", "--config", "v41-flash"],
-                          env={**os.environ, CACHE: str(cache)}, capture_output=True, text=True, timeout=300,
-                          check=False)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "engram_viz.cli", "hash", "hi", "--config", "v41-flash"],
+        env={**os.environ, CACHE: str(cache)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert_one_line_error(proc, "hash", str(token_map), "a folder is in the way")
 
 

@@ -102,9 +102,15 @@ def test_tiny_memory_limit_spills_and_gives_identical_tables(corpus_files, v41_c
     assert one.summary["spills"] > 0 and one.summary["memory_limit"] == 4000
     _same_tables(tmp_path / "free", tmp_path / "one", free.tables)
     run_corpus(
-        corpus_files, tmp_path / "two", v41_config, tokenizer, progress=False, workers=2, processes=False,
+        corpus_files,
+        tmp_path / "two",
+        v41_config,
+        tokenizer,
+        progress=False,
+        workers=2,
+        processes=False,
         memory_limit=4000,
-    )  # fmt: skip
+    )
     _same_tables(tmp_path / "free", tmp_path / "two", free.tables)
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == ["free", "one", "two"]
 

@@ -28,10 +28,14 @@ BAD_IDS = {
     "bools": ([True, False, True], TypeError, r"input_ids must hold integer ids, got True \(bool\)"),
     "bool-tensor": (torch.tensor([True, False]), TypeError, r"input_ids must hold integer ids, got torch.bool"),
     "2-d-list": ([[0, 100], [200, 300]], ValueError, r"input_ids must be one sequence \[T\] of ids, got nested"),
-    "2-d-array": (np.array([[0, 100], [200, 300]]), ValueError, r"input_ids must be one sequence \[T\], got shape \[2, 2\]"),
+    "2-d-array": (
+        np.array([[0, 100], [200, 300]]),
+        ValueError,
+        r"input_ids must be one sequence \[T\], got shape \[2, 2\]",
+    ),
     "negative": ([0, -1], ValueError, r"input_ids holds token id -1; expected raw ids in 0\.\.129279"),
     "too-large": ([0, 129_280], ValueError, r"input_ids holds token id 129280"),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("name", list(BAD_IDS))
@@ -43,12 +47,16 @@ def test_bad_pretokenized_ids_are_refused_like_the_hasher_refuses_them(pipe, nam
 
 
 BAD_TYPES = {
-    "seven": ([-1, 7, -1], ValueError, r"prompt 'x': token_types holds the token type 7; expected -1 \(text\) or 0\.\.3"),
+    "seven": (
+        [-1, 7, -1],
+        ValueError,
+        r"prompt 'x': token_types holds the token type 7; expected -1 \(text\) or 0\.\.3",
+    ),
     "minus-two": ([-2, -1, -1], ValueError, r"token type -2"),
     "half": ([-1, 0.5, -1], TypeError, r"token_types must hold integer ids, got 0.5 \(float\)"),
     "short": ([-1, -1], ValueError, r"prompt 'x': 2 token_types for 3 input_ids"),
     "2-d": ([[-1, -1, -1]], ValueError, r"token_types must be one sequence"),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("name", list(BAD_TYPES))

@@ -58,8 +58,17 @@ def test_contents(trace, tiny_config):
 def test_gates_frame_is_tidy(trace, tiny_config):
     df = trace.to_frame("gates")
     assert list(df.columns[:10]) == [
-        "prompt", "category", "position", "token", "raw_id", "compressed_id", "token_type", "is_image", "layer", "stream"
-    ]  # fmt: skip
+        "prompt",
+        "category",
+        "position",
+        "token",
+        "raw_id",
+        "compressed_id",
+        "token_type",
+        "is_image",
+        "layer",
+        "stream",
+    ]
     assert {"gate", "dot", "exposure"} <= set(df.columns)
     hc = tiny_config.hc_mult
     assert len(df) == int(trace.lengths.sum()) * 2 * hc
@@ -100,8 +109,10 @@ def test_save_load_is_lossless(trace, tmp_path):
     assert back.equals(trace)
     for name, t in trace.tensors.items():
         assert back.tensors[name].dtype == t.dtype
-        assert torch.equal(back.tensors[name].view(torch.int16) if t.dtype == torch.bfloat16 else back.tensors[name],
-                           t.view(torch.int16) if t.dtype == torch.bfloat16 else t)  # fmt: skip
+        assert torch.equal(
+            back.tensors[name].view(torch.int16) if t.dtype == torch.bfloat16 else back.tensors[name],
+            t.view(torch.int16) if t.dtype == torch.bfloat16 else t,
+        )
     for kind in ("gates", "rows", "tokens"):
         pd.testing.assert_frame_equal(back.to_frame(kind), trace.to_frame(kind))
     # saving again over it works and stays equal; the JSON is plain UTF-8 text
@@ -140,11 +151,31 @@ def test_validation(trace):
     del tensors[hook_name(3, "gate")]
     with pytest.raises(TraceError, match="needs engram.L3.gate"):
         Trace(
-            trace.layer_ids, trace.prompt_ids, trace.categories, trace.texts, trace.input_ids, trace.compressed_ids,
-            trace.token_types, trace.lengths, trace.pieces, tensors, "m", "s",
-        )  # fmt: skip
+            trace.layer_ids,
+            trace.prompt_ids,
+            trace.categories,
+            trace.texts,
+            trace.input_ids,
+            trace.compressed_ids,
+            trace.token_types,
+            trace.lengths,
+            trace.pieces,
+            tensors,
+            "m",
+            "s",
+        )
     with pytest.raises(TraceError, match="one entry per prompt"):
         Trace(
-            trace.layer_ids, trace.prompt_ids[:2], trace.categories, trace.texts, trace.input_ids,
-            trace.compressed_ids, trace.token_types, trace.lengths, trace.pieces, trace.tensors, "m", "s",
-        )  # fmt: skip
+            trace.layer_ids,
+            trace.prompt_ids[:2],
+            trace.categories,
+            trace.texts,
+            trace.input_ids,
+            trace.compressed_ids,
+            trace.token_types,
+            trace.lengths,
+            trace.pieces,
+            trace.tensors,
+            "m",
+            "s",
+        )

@@ -33,8 +33,9 @@ def test_stream_selectivity_auc_by_hand():
     rows = []
     for cat, values in (("idioms", [0.9, 0.8, 0.1]), ("random_token", [0.2, 0.3])):
         for i, v in enumerate(values):
-            rows.append({"prompt": cat, "category": cat, "position": i, "is_image": False, "layer": 1, "stream": 0,
-                         "gate": v})  # fmt: skip
+            rows.append(
+                {"prompt": cat, "category": cat, "position": i, "is_image": False, "layer": 1, "stream": 0, "gate": v}
+            )
     sel = stream_selectivity(pd.DataFrame(rows))
     # pairs (pattern > control): 0.9 > both, 0.8 > both, 0.1 > none -> 4 of 6
     assert sel["auc"].iloc[0] == pytest.approx(4 / 6)
@@ -74,8 +75,19 @@ def test_ngram_frequency_counts_the_ngram_ending_at_each_position(pipe, tmp_path
 
 
 def test_stream_selectivity_by_a_label_column():
-    rows = [{"prompt": "p", "category": "x", "position": i, "is_image": False, "layer": 1, "stream": 0,
-             "gate": g, "flag": f} for i, (g, f) in enumerate([(0.9, True), (0.8, True), (0.1, False), (0.5, None)])]  # fmt: skip
+    rows = [
+        {
+            "prompt": "p",
+            "category": "x",
+            "position": i,
+            "is_image": False,
+            "layer": 1,
+            "stream": 0,
+            "gate": g,
+            "flag": f,
+        }
+        for i, (g, f) in enumerate([(0.9, True), (0.8, True), (0.1, False), (0.5, None)])
+    ]
     sel = stream_selectivity(pd.DataFrame(rows), label="flag")
     assert sel["auc"].iloc[0] == 1.0 and sel["pattern_positions"].iloc[0] == 2 and sel["control_positions"].iloc[0] == 1
     with pytest.raises(ValueError, match="no column"):

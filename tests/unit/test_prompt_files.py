@@ -137,8 +137,11 @@ def test_random_byte_corruption_gives_only_prompt_errors(tokenizer, data):
 _VALUES = st.none() | st.booleans() | st.integers() | st.floats() | st.text() | st.lists(st.integers(), max_size=3)
 _TEXTS = st.text() | st.builds(
     lambda a, w, h, px: f"{a}<image:{w}x{h}{'px' if px else ''}>",
-    st.text(max_size=5), st.integers(0, 3000), st.integers(0, 3000), st.booleans(),
-)  # fmt: skip
+    st.text(max_size=5),
+    st.integers(0, 3000),
+    st.integers(0, 3000),
+    st.booleans(),
+)
 
 
 @given(field=st.sampled_from(["id", "category", "text", "seed", "length"]), value=_VALUES | _TEXTS)

@@ -33,15 +33,33 @@ def _gates() -> pd.DataFrame:
 
 def _attribution() -> pd.DataFrame:
     recs = [
-        {"prompt": "p", "position": p, "token": TOKENS[p], "layer": 1, "kind": "order", "group": o, "stream": s,
-         "dot_share": v}
+        {
+            "prompt": "p",
+            "position": p,
+            "token": TOKENS[p],
+            "layer": 1,
+            "kind": "order",
+            "group": o,
+            "stream": s,
+            "dot_share": v,
+        }
         for p, orders in SHARES.items()
         for o, per_stream in orders.items()
         for s, v in enumerate(per_stream)
-    ]  # fmt: skip
+    ]
     # head rows are present in a groups frame too and must be ignored
-    recs.append({"prompt": "p", "position": 1, "token": TOKENS[1], "layer": 1, "kind": "head", "group": 0,
-                 "stream": 0, "dot_share": 99.0})  # fmt: skip
+    recs.append(
+        {
+            "prompt": "p",
+            "position": 1,
+            "token": TOKENS[1],
+            "layer": 1,
+            "kind": "head",
+            "group": 0,
+            "stream": 0,
+            "dot_share": 99.0,
+        }
+    )
     return pd.DataFrame(recs)
 
 

@@ -42,13 +42,38 @@ from engram_viz.core.layout import EngramLayout
 from engram_viz.errors import EngramVizError
 
 ROW_COLUMNS = (
-    "prompt", "position", "token", "layer", "order", "head", "column", "row", "ngram", "stream",
-    "gate", "dot", "dot_share", "value_norm", "value_proj", "loo_gate",
-)  # fmt: skip
+    "prompt",
+    "position",
+    "token",
+    "layer",
+    "order",
+    "head",
+    "column",
+    "row",
+    "ngram",
+    "stream",
+    "gate",
+    "dot",
+    "dot_share",
+    "value_norm",
+    "value_proj",
+    "loo_gate",
+)
 GROUP_COLUMNS = (
-    "prompt", "position", "token", "layer", "kind", "group", "stream",
-    "gate", "dot_share", "value_norm", "value_proj", "loo_gate", "shapley",
-)  # fmt: skip
+    "prompt",
+    "position",
+    "token",
+    "layer",
+    "kind",
+    "group",
+    "stream",
+    "gate",
+    "dot_share",
+    "value_norm",
+    "value_proj",
+    "loo_gate",
+    "shapley",
+)
 
 
 class AttributionError(EngramVizError, ValueError):

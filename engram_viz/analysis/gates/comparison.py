@@ -25,8 +25,18 @@ import pandas as pd
 
 STREAM_REDUCTIONS = ("mean", "max", "min")
 DIFFERENCE_COLUMNS = [
-    "pair", "kind", "position_a", "position_b", "token_a", "token_b", "layer", "stream", "gate_a", "gate_b", "diff",
-]  # fmt: skip
+    "pair",
+    "kind",
+    "position_a",
+    "position_b",
+    "token_a",
+    "token_b",
+    "layer",
+    "stream",
+    "gate_a",
+    "gate_b",
+    "diff",
+]
 
 Pair = tuple[int | None, int | None, str]
 
