@@ -142,8 +142,7 @@ def _draw_figures(sections: list[Section], out: Path) -> tuple[list[Section], di
             figures[spec.name] = Figure(spec.name, files, spec.title, spec.caption)
             del fig
     drawn = [
-        replace(s, parts=tuple(figures[p.name] if isinstance(p, FigureSpec) else p for p in s.parts))
-        for s in sections
+        replace(s, parts=tuple(figures[p.name] if isinstance(p, FigureSpec) else p for p in s.parts)) for s in sections
     ]
     return drawn, figures, _missing_glyphs(caught)
 
@@ -184,9 +183,7 @@ def _provenance(
     }
 
 
-def _write_manifest(
-    out: Path, prov: dict[str, Any], tables: dict[str, list[Path]], figures: dict[str, Figure]
-) -> Path:
+def _write_manifest(out: Path, prov: dict[str, Any], tables: dict[str, list[Path]], figures: dict[str, Figure]) -> Path:
     manifest = {
         "provenance": prov,
         "tables": {k: [p.relative_to(out).as_posix() for p in v] for k, v in tables.items()},
@@ -229,9 +226,17 @@ def write_report(
 
 
 def _build_report(
-    out: Path, checkpoint: Any, prompts: str | Path | None, device: str | None, mode: str, theme: str,
-    streams: str, batch_size: int, progress: bool, say: Callable[[str], None],
-) -> Report:  # fmt: skip
+    out: Path,
+    checkpoint: Any,
+    prompts: str | Path | None,
+    device: str | None,
+    mode: str,
+    theme: str,
+    streams: str,
+    batch_size: int,
+    progress: bool,
+    say: Callable[[str], None],
+) -> Report:
     """The whole job, written into ``out`` (the folder being built)."""
     prompt_set = load_prompts(prompts) if prompts is not None else None
     say(f"loading weights ({'default' if checkpoint is None else checkpoint})")
@@ -265,9 +270,13 @@ def _build_report(
     _write_manifest(out, prov, tables, figures)
     html_path = _write_page(render_html(prov, sections, out, theme), out)
     return Report(
-        out=out, html=html_path, tables=tables, figures={k: list(v.files) for k, v in figures.items()}, trace=trace,
+        out=out,
+        html=html_path,
+        tables=tables,
+        figures={k: list(v.files) for k, v in figures.items()},
+        trace=trace,
         provenance=prov,
-    )  # fmt: skip
+    )
 
 
 def _moved(report: Report, build: Path, final: Path) -> Report:
@@ -277,10 +286,13 @@ def _moved(report: Report, build: Path, final: Path) -> Report:
         return [final / p.relative_to(build) for p in paths]
 
     return Report(
-        out=final, html=final / report.html.relative_to(build),
+        out=final,
+        html=final / report.html.relative_to(build),
         tables={k: move(v) for k, v in report.tables.items()},
-        figures={k: move(v) for k, v in report.figures.items()}, trace=report.trace, provenance=report.provenance,
-    )  # fmt: skip
+        figures={k: move(v) for k, v in report.figures.items()},
+        trace=report.trace,
+        provenance=report.provenance,
+    )
 
 
 def summary_text(report: Report) -> str:
