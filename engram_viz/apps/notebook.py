@@ -5,7 +5,7 @@ between the suite and a notebook page. The analyses the stories run live in ``en
 - **Weights**: ``load_pipeline()`` runs on ``$ENGRAM_VIZ_CHECKPOINT`` (a checkpoint folder) when it
   is set, else on the embedded default (``Pipeline()``); ``provenance(x)`` is a box saying which
   model, weights and residual streams produced a Trace / Pipeline, and warns when the weights are
-  synthetic. ``stamp(fig, label)`` writes the same label onto a figure.
+  synthetic (``viz.stamps``; the figures drawn from a Trace's frames stamp themselves).
 - **Display**: ``show(fig, fallback)`` shows a plotly figure interactively *and* carries a static
   PNG (the matplotlib ``fallback``, or the plotly figure itself via kaleido when none is given
   and Chromium is there) in the same output, so a static viewer (GitHub) still shows a picture;
@@ -18,9 +18,7 @@ between the suite and a notebook page. The analyses the stories run live in ``en
 from __future__ import annotations
 
 import base64
-import html
 import json
-import re
 import tempfile
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
@@ -31,8 +29,9 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from engram_viz import settings
-from engram_viz.apps.widget import pipeline_from_env
 from engram_viz.config import DATA_DIR, load_config
+from engram_viz.run import provenance as run_provenance
+from engram_viz.run.pipeline import Pipeline
 from engram_viz.viz.export import (
     BrowserNotFoundError,
     check_offline_html,
@@ -41,7 +40,7 @@ from engram_viz.viz.export import (
     render_plotly,
     save_matplotlib,
 )
-from engram_viz.viz.tokens import TokenView
+from engram_viz.viz.stamps import ProvenanceBox
 
 REPO = DATA_DIR.parent  # the repository root (data/ lives there)
 
@@ -65,89 +64,21 @@ def setup(dpi: int = 110) -> None:
         shell.display_formatter.formatters["image/png"].for_type(Figure, lambda fig: _png(fig, dpi))
 
 
-def load_pipeline(checkpoint: Any = None, **kwargs: Any):
+def load_pipeline(checkpoint: Any = None, **kwargs: Any) -> Pipeline:
     """A :class:`~engram_viz.run.pipeline.Pipeline` on ``checkpoint``, else ``$ENGRAM_VIZ_CHECKPOINT``,
-    else the embedded default weights."""
-    return pipeline_from_env(checkpoint, **kwargs)
+    else the embedded default weights (the one rule of ``weights.resolve``)."""
+    return Pipeline(checkpoint, **kwargs)
 
 
-def short_label(label: str) -> str:
-    """A model label without its folder path (``... at /root/.cache/...`` dropped)."""
-    return re.sub(r"\s+(at|from)\s+/\S+$", "", str(label)).strip()
+def provenance(source: Any) -> ProvenanceBox:
+    """The provenance box of a Trace, a Pipeline or a frame from a Trace (display it, or print it)."""
+    return ProvenanceBox(source)
 
 
-def _labels(x: Any) -> tuple[str, str, bool]:
-    model = getattr(x, "model_label", "") or ""
-    streams = getattr(x, "streams_label", "") or ""
-    meta = getattr(x, "meta", {}) or {}
-    synthetic = bool(meta.get("synthetic")) or bool(getattr(getattr(x, "checkpoint", None), "synthetic", False))
-    return model, streams, synthetic or "SYNTHETIC" in model
-
-
-class Provenance:
-    """Which model, weights and streams produced a result; shows as a box (HTML) or text."""
-
-    def __init__(self, source: Any):
-        self.model, self.streams, self.synthetic = _labels(source)
-        self.config = getattr(getattr(source, "config", None), "name", None) or (getattr(source, "meta", {}) or {}).get(
-            "config", "?"
-        )
-
-    def _repr_html_(self) -> str:
-        warn = (
-            '<div style="margin-top:6px;color:#8a4b00"><b>Synthetic weights:</b> random, not trained. Gates show '
-            "the arithmetic of the Engram path, not anything learned; row ids, collisions and row usage are exact "
-            "(they depend only on the tokenizer and the layout).</div>"
-            if self.synthetic
-            else ""
-        )
-        return (
-            '<div style="border:1px solid #dfe3ea;background:#f5f7fa;border-radius:6px;padding:8px 12px;'
-            'font-size:13px;color:#1b1b1b"><b>Model and weights:</b> '
-            f"{html.escape(self.model)}<br><b>Residual streams:</b> {html.escape(self.streams or '(set on first run)')}"
-            f"<br><b>Config:</b> {html.escape(str(self.config))}{warn}</div>"
-        )
-
-    def __repr__(self) -> str:
-        lines = [f"model and weights: {self.model}", f"residual streams: {self.streams}", f"config: {self.config}"]
-        if self.synthetic:
-            lines.append("SYNTHETIC weights: gates are not learned; hashes, collisions and row usage are exact")
-        return "\n".join(lines)
-
-
-def provenance(source: Any) -> Provenance:
-    """The provenance box of a Trace or a Pipeline (display it, or print it)."""
-    return Provenance(source)
-
-
-class _LayoutOnly:
-    def __init__(self, config: Any, data: str):
-        self.model_label = f"none needed: exact for the {config.name} layout and the V4 tokenizer (no weights are read)"
-        self.streams_label = f"none (no forward); data: {data}"
-        self.meta = {"config": config.name}
-
-
-def layout_provenance(config: Any, data: str = "") -> Provenance:
+def layout_provenance(config: Any, data: str = "") -> ProvenanceBox:
     """The provenance box of a weight-free result (hash ids, collisions, row usage): exact for the
     layout of ``config``; ``data`` says what was counted."""
-    return Provenance(_LayoutOnly(load_config(config), data))
-
-
-def stamp(fig: Any, label: str) -> Any:
-    """Write ``label`` (shortened) on a figure: a matplotlib figure gets a small line in its
-    bottom-left corner, a plotly figure a subtitle, a TokenView its title. Returns the figure."""
-    text = short_label(label)
-    if isinstance(fig, Figure):
-        colour = "#9a9a9a" if getattr(fig, "engram_viz_theme", "light") == "dark" else "#6b6b6b"
-        fig.text(0.003, 0.003, text, fontsize=5.5, color=colour, ha="left", va="bottom", parse_math=False)
-    elif isinstance(fig, TokenView):
-        fig.title = f"{fig.title} \u2014 {text}" if fig.title else text
-    elif hasattr(fig, "update_layout"):
-        title = fig.layout.title.text or ""
-        fig.update_layout(title={"text": title, "subtitle": {"text": html.escape(text)}}, margin={"t": 70})
-    else:
-        raise TypeError(f"cannot stamp a {type(fig).__name__}; expected a matplotlib/plotly figure or a TokenView")
-    return fig
+    return ProvenanceBox(run_provenance.layout_provenance(load_config(config), data))
 
 
 def _png(fig: Any, dpi: int = 110) -> bytes:

@@ -43,14 +43,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from engram_viz import settings
 from engram_viz.analysis.gates.comparison import STREAM_REDUCTIONS, PromptResult, gate_difference
 from engram_viz.apps.prompt_cache import MAX_TOKENS, PromptCache
 from engram_viz.apps.widget_controls import SLOTS, VIEWS, ComparisonControls
 from engram_viz.apps.widget_explain import TokenExplainer
+from engram_viz.errors import InputError
 from engram_viz.run.images import ImagePromptError, parse_placeholder
 from engram_viz.run.pipeline import Pipeline
 from engram_viz.run.prompt_text import MAX_CHARS, PromptInputError, check_prompt_text, without_lone_surrogates
+from engram_viz.run.provenance import provenance_of
 from engram_viz.viz import gate_difference_heatmap, gate_difference_interactive, gate_heatmap_interactive, token_view
 from engram_viz.viz.comparison_html import difference_panel, header_html, prompt_panel
 from engram_viz.viz.style import get_theme
@@ -61,21 +62,15 @@ DEFAULT_PAIR = (
 )
 
 
-def pipeline_from_env(checkpoint: Any = None, **kwargs: Any) -> Pipeline:
-    """A Pipeline on ``checkpoint``, else on the folder named by ``$ENGRAM_VIZ_CHECKPOINT``, else on
-    the embedded default weights."""
-    return Pipeline(checkpoint if checkpoint is not None else settings.checkpoint(), **kwargs)
-
-
 def _short(text: str, n: int = 90) -> str:
     return text if len(text) <= n else text[: n - 1] + "\u2026"
 
 
 def _check_count(n: int, what: str) -> None:
     if n < 2:
-        raise ValueError(f"{what} needs at least 2 prompts, got {n}")
+        raise InputError(f"{what} needs at least 2 prompts, got {n}")
     if n > len(SLOTS):
-        raise ValueError(f"a comparison shows at most {len(SLOTS)} prompts, got {n}")
+        raise InputError(f"a comparison shows at most {len(SLOTS)} prompts, got {n}")
 
 
 class PromptComparison:
@@ -99,7 +94,7 @@ class PromptComparison:
         torch_threads: int | str | None = "auto",
     ):
         _check_count(len(prompts), "a comparison")
-        self.pipeline = pipeline if pipeline is not None else pipeline_from_env(checkpoint)
+        self.pipeline = pipeline if pipeline is not None else Pipeline(checkpoint)
         self.layer_ids = tuple(int(x) for x in self.pipeline.layer_ids)
         self.hc = int(self.pipeline.config.hc_mult)
         self.max_chars = int(max_chars)
@@ -144,9 +139,9 @@ class PromptComparison:
         try:
             layer = int(layer)
         except (TypeError, ValueError):
-            raise ValueError(f"layer must be one of the Engram layers {list(self.layer_ids)}, got {layer!r}") from None
+            raise InputError(f"layer must be one of the Engram layers {list(self.layer_ids)}, got {layer!r}") from None
         if layer not in self.layer_ids:
-            raise ValueError(f"layer {layer} is not an Engram layer; expected one of {list(self.layer_ids)}")
+            raise InputError(f"layer {layer} is not an Engram layer; expected one of {list(self.layer_ids)}")
         return layer
 
     def _check_stream(self, stream: Any) -> int | str:
@@ -154,14 +149,14 @@ class PromptComparison:
             return stream
         if isinstance(stream, (int, np.integer)) and not isinstance(stream, bool) and 0 <= int(stream) < self.hc:
             return int(stream)
-        raise ValueError(
+        raise InputError(
             f"stream must be one of {list(STREAM_REDUCTIONS)} or an int in 0..{self.hc - 1}, got {stream!r}"
         )
 
     @staticmethod
     def _check_view(view: str) -> str:
         if view not in VIEWS:
-            raise ValueError(f"view must be one of {list(VIEWS)}, got {view!r}")
+            raise InputError(f"view must be one of {list(VIEWS)}, got {view!r}")
         return view
 
     def _on_change(self, change: Any = None) -> None:
@@ -216,7 +211,7 @@ class PromptComparison:
     def add_prompt(self, text: str = "") -> PromptComparison:
         """Add one more prompt box (compared against A)."""
         if len(self.controls.boxes) >= len(SLOTS):
-            raise ValueError(f"a comparison shows at most {len(SLOTS)} prompts")
+            raise InputError(f"a comparison shows at most {len(SLOTS)} prompts")
         self._busy = True
         try:
             self.controls.add_box(text, self._on_change)
@@ -267,7 +262,7 @@ class PromptComparison:
         """Append an ``<image:spec>`` placeholder (``'WxH'`` grid or ``'WxHpx'`` pixels) to prompt
         ``slot``; returns the placeholder, or None (and a message in the widget) if ``spec`` is bad."""
         if slot not in self.slots:
-            raise ValueError(f"slot {slot!r} unknown; expected one of {self.slots}")
+            raise InputError(f"slot {slot!r} unknown; expected one of {self.slots}")
         spec = str(spec).strip().removeprefix("<image:").removesuffix(">")
         try:
             parse_placeholder(spec, self.pipeline.config)
@@ -396,7 +391,7 @@ class PromptComparison:
         """Tidy gates of every prompt that runs, the prompt column holding its slot ('A', 'B', ...)."""
         parts = [r.frame(s) for s, r in zip(self.slots, self._results) if r.ok]
         if not parts:
-            raise ValueError("no prompt runs: every prompt has an error (see .messages)")
+            raise InputError("no prompt runs: every prompt has an error (see .messages)")
         return pd.concat(parts, ignore_index=True)
 
     @property
@@ -414,7 +409,7 @@ class PromptComparison:
                 figs["tokens"] = token_view(gates, layer=self.layer, stream=self.stream, theme=self.theme, title=title)
                 for s in ok:
                     figs[f"gates {s}"] = gate_heatmap_interactive(gates, s, theme=self.theme)
-            diff = self.difference
+            diff = provenance_of(self.pipeline).tag(self.difference)  # the figures stamp it
             for key in diff["compare"].unique() if len(diff) else []:
                 sub = diff[diff["compare"] == key]
                 figs[f"diff {key}"] = gate_difference_interactive(sub, theme=self.theme)

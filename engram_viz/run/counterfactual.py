@@ -28,6 +28,7 @@ import torch.nn.functional as F
 
 from engram_viz.run.capture import HookFn
 from engram_viz.run.pipeline import Pipeline, PromptInput
+from engram_viz.run.provenance import provenance_of
 from engram_viz.run.trace import token_pieces
 from engram_viz.weights.row_edits import RowOverlay, edit_tables
 from engram_viz.weights.tables import EngramTable
@@ -199,10 +200,11 @@ def compare_edit(
             any_layer = np.logical_or.reduce([touched[n] for n in pipeline.layer_ids])
             losses.append(_loss_frame(pipeline, p, base_outs, edit_outs, np.maximum.accumulate(any_layer)))
     reads_cols = ["prompt", "position", "layer", "order", "head", "row", "ngram"]
+    prov = provenance_of(pipeline)  # every frame carries it, so its figures stamp themselves
     return EditEffect(
-        positions=pd.concat(pos, ignore_index=True),
-        gates=pd.concat(gates, ignore_index=True),
-        reads=pd.DataFrame(reads, columns=reads_cols),
-        loss=pd.concat(losses, ignore_index=True) if losses else None,
+        positions=prov.tag(pd.concat(pos, ignore_index=True)),
+        gates=prov.tag(pd.concat(gates, ignore_index=True)),
+        reads=prov.tag(pd.DataFrame(reads, columns=reads_cols)),
+        loss=prov.tag(pd.concat(losses, ignore_index=True)) if losses else None,
         model_label=pipeline.model_label,
     )

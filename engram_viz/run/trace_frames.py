@@ -3,23 +3,30 @@
 - ``tokens``: one row per position: prompt, category, position (0-based within the prompt), token
   (decoded piece), raw_id, compressed_id, token_type, is_image;
 - ``gates``: one row per (prompt, position, layer, stream): the token columns, layer, stream, gate
-  (+ ``dot`` when every layer's dot was captured, + ``exposure`` when the trace carries it);
+  (+ ``dot`` when every layer's dot was captured, + ``exposure`` when given or carried by the trace);
 - ``rows``: one row per (prompt, position, layer, order, head): prompt, category, position, token,
   is_image, layer, order (2..max n-gram), head, column (0..23) and the row id.
 
 :class:`TraceFrames` is the part of :class:`engram_viz.run.trace.Trace` that builds them; it reads
 only the Trace's fields (``prompt_ids``, ``pieces``, ``input_ids`` ``[B, T]``, ``gates``
 ``[B, T, n_layers, hc]``, ``row_ids`` ``[B, T, n_layers, 24]``, ``extras``, ``meta`` ...).
+Every frame carries the Trace's provenance in ``df.attrs["provenance"]`` (``run.provenance``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 import torch
+
+from engram_viz.errors import InputError, TraceError
+from engram_viz.run.provenance import Provenance, provenance_of
+
+_TABLES = ("tokens", "gates", "rows")
 
 
 class TraceFrames:
@@ -40,6 +47,8 @@ class TraceFrames:
         row_ids: torch.Tensor
         gates: torch.Tensor
         captured: Callable[[str], dict[int, torch.Tensor]]
+        batch_size: int
+        seq_len: int
 
     def _positions(self) -> tuple[np.ndarray, np.ndarray]:
         b, t = np.nonzero(self.valid.numpy())
@@ -48,20 +57,37 @@ class TraceFrames:
     def _pieces_flat(self) -> np.ndarray:
         return np.array([p for ps in self.pieces for p in ps], dtype=object)
 
-    def to_frame(self, table: str = "gates") -> pd.DataFrame:
+    @property
+    def provenance(self) -> Provenance:
+        """Which model, weights and streams produced this Trace (every frame carries it in its attrs)."""
+        return provenance_of(self)
+
+    def with_extras(self, **extras: torch.Tensor) -> Any:
+        """A new Trace carrying ``extras`` (e.g. ``exposure=`` ``[B, T, n_layers]``) beside its own;
+        this one is left as it is."""
+        return dataclasses.replace(self, extras={**self.extras, **extras})
+
+    def to_frame(self, table: str = "gates", *, exposure: torch.Tensor | None = None) -> pd.DataFrame:
         """A tidy table: ``gates`` (prompt, position, token, is_image, layer, stream, gate, ...),
         ``rows`` (prompt, position, layer, order, head, row, ...) or ``tokens`` (one row per
-        position). Positions are 0-based within each prompt; padded positions are dropped."""
+        position). Positions are 0-based within each prompt; padded positions are dropped.
+        ``exposure`` (``[B, T, n_layers]``, e.g. ``collision_exposure(trace, config)``) becomes the
+        gates frame's ``exposure`` column. The frame carries the Trace's provenance in its attrs."""
+        if exposure is not None and table != "gates":
+            raise TraceError(f"exposure= is a column of the 'gates' table; got it for table {table!r}")
         if table == "gates":
-            return self._gates_frame()
-        if table == "rows":
-            return self._rows_frame()
-        if table == "tokens":
-            return self._tokens_frame()
-        raise ValueError(f"unknown table {table!r}; expected 'gates', 'rows' or 'tokens'")
+            df = self._gates_frame(exposure)
+        elif table == "rows":
+            df = self._rows_frame()
+        elif table == "tokens":
+            df = self._tokens_frame()
+        else:
+            raise InputError(f"unknown table {table!r}; expected 'gates', 'rows' or 'tokens'")
+        return self.provenance.tag(df)
 
-    def to_frames(self) -> dict[str, pd.DataFrame]:
-        return {name: self.to_frame(name) for name in ("tokens", "gates", "rows")}
+    def to_frames(self, *, exposure: torch.Tensor | None = None) -> dict[str, pd.DataFrame]:
+        """The ``tokens``, ``gates`` (with ``exposure`` as in :meth:`to_frame`) and ``rows`` tables."""
+        return {name: self.to_frame(name, **({"exposure": exposure} if name == "gates" else {})) for name in _TABLES}
 
     def _tokens_frame(self) -> pd.DataFrame:
         b, t = self._positions()
@@ -80,7 +106,7 @@ class TraceFrames:
         df["prompt"] = df["prompt"].astype(str)
         return df
 
-    def _gates_frame(self) -> pd.DataFrame:
+    def _gates_frame(self, exposure: torch.Tensor | None = None) -> pd.DataFrame:
         tok = self._tokens_frame()
         b, t = self._positions()
         gates = self.gates.float().numpy()[b, t]  # [N, L, hc]
@@ -93,8 +119,14 @@ class TraceFrames:
         dots = self.captured("dot")
         if len(dots) == n_layers:
             df["dot"] = torch.stack([dots[x] for x in self.layer_ids], 2).float().numpy()[b, t].reshape(-1)
-        if "exposure" in self.extras:
-            df["exposure"] = np.repeat(self.extras["exposure"].numpy()[b, t].reshape(-1), hc)
+        exposure = exposure if exposure is not None else self.extras.get("exposure")
+        if exposure is not None:
+            if tuple(exposure.shape) != (self.batch_size, self.seq_len, n_layers):
+                raise TraceError(
+                    f"exposure must be [B, T, n_layers] = {[self.batch_size, self.seq_len, n_layers]}, "
+                    f"got {list(exposure.shape)}"
+                )
+            df["exposure"] = np.repeat(exposure.numpy()[b, t].reshape(-1), hc)
         return df
 
     def _rows_frame(self) -> pd.DataFrame:

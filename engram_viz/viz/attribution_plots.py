@@ -14,8 +14,10 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from engram_viz.errors import FrameError, InputError
 from engram_viz.viz.figure_axes import AxesArg, drawn, legend, plot_axes
 from engram_viz.viz.frames import require_columns
+from engram_viz.viz.stamps import stamp
 from engram_viz.viz.style import Theme, display_piece
 
 KINDS = ("order", "head")
@@ -33,7 +35,7 @@ def _one_position(groups: pd.DataFrame, position: int | None, layer: int | None)
     layer = int(groups["layer"].iloc[0]) if layer is None else int(layer)
     df = groups[(groups["position"] == position) & (groups["layer"] == layer)]
     if df.empty:
-        raise ValueError(
+        raise FrameError(
             f"no attribution for position {position} at layer {layer}; the frame has positions "
             f"{sorted(set(groups['position']))} and layers {sorted(set(groups['layer']))}"
         )
@@ -53,7 +55,7 @@ def attribution_bars(
     one bar per stream. ``value``: ``dot_share`` (default), ``loo_gate``, ``value_proj``, or
     ``shapley`` (orders only: one panel). ``ax``: one Axes per panel."""
     if value not in VALUES:
-        raise ValueError(f"value {value!r} unknown; expected one of {list(VALUES)}")
+        raise InputError(f"value {value!r} unknown; expected one of {list(VALUES)}")
     df, position, layer = _one_position(groups, position, layer)
     kinds = ("order",) if value == "shapley" else KINDS
     with plot_axes(ax, theme, (3.2 * len(kinds) + 0.6, 2.6), len(kinds), lambda f: f.subplots(1, len(kinds))) as (
@@ -79,7 +81,7 @@ def attribution_bars(
         token = display_piece(str(df["token"].iloc[0]))
         axes[0].set_title(f"{token!r} (position {position}), layer {layer}", loc="left", fontsize=8)
         legend(fig, axes, ax is None, handles, [f"stream {s}" for s in streams], len(streams))
-    return drawn(fig, ax)
+    return drawn(fig, ax, groups)
 
 
 def order_profile_plot(
@@ -104,7 +106,7 @@ def order_profile_plot(
         a.set_ylabel("mean Shapley value (gate)")
         a.set_title(f"which n-gram orders open the gate, layer {layer}", loc="left", fontsize=8)
         a.legend(fontsize=7)
-    return drawn(fig, ax)
+    return drawn(fig, ax, profile)
 
 
 def attribution_bars_interactive(groups: pd.DataFrame, position: int | None = None, *, layer: int | None = None):
@@ -142,4 +144,4 @@ def attribution_bars_interactive(groups: pd.DataFrame, position: int | None = No
     fig.update_layout(
         barmode="group", title=f"{token!r} (position {position}), layer {layer}: shares of dot", height=360
     )
-    return fig
+    return stamp(fig, groups)

@@ -66,7 +66,7 @@ def collisions_vs_expected(
             panel.grid(axis="y")
             panel.set_axisbelow(True)
         legend(fig, axes, ax is None, *axes[0].get_legend_handles_labels(), 2)
-    return drawn(fig, ax)
+    return drawn(fig, ax, collisions)
 
 
 def _sharing_panel(ax: Axes, at: pd.DataFrame, colour, t: Theme) -> None:
@@ -127,4 +127,4 @@ def heads_shared_vs_expected(
         if ax is None:
             fig.supxlabel("heads (of 8) on which the n-gram shares its bucket", fontsize=8)
         legend(fig, flat, ax is None, *axes[0, 0].get_legend_handles_labels(), 2)
-    return drawn(fig, ax)
+    return drawn(fig, ax, heads_shared)

@@ -15,6 +15,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from engram_viz.errors import FrameError
 from engram_viz.viz.figure_axes import drawn, plot_axes, token_ticks
 from engram_viz.viz.frames import require_columns
 from engram_viz.viz.style import Theme
@@ -41,7 +42,7 @@ def loss_change_by_token(
     require_columns(loss, (*LOSS_COLUMNS, *series), "loss")
     at = loss[loss["prompt"] == prompt].sort_values("position")
     if at.empty:
-        raise ValueError(f"prompt {prompt!r} not in the loss frame; it has {sorted(set(loss['prompt']))}")
+        raise FrameError(f"prompt {prompt!r} not in the loss frame; it has {sorted(set(loss['prompt']))}")
 
     with plot_axes(ax, theme, (width, 2.6), 1, lambda fig: fig.subplots()) as (fig, t, axes):
         panel = axes[0]
@@ -64,7 +65,7 @@ def loss_change_by_token(
         panel.set_xlabel("predicted token", fontsize=7)
         panel.set_title(title or f"next-token loss change, prompt {prompt!r}", loc="left")
         panel.legend(fontsize=7, loc="upper left")
-    return drawn(fig, ax)
+    return drawn(fig, ax, loss)
 
 
 def gate_change_vs_colliding_heads(
@@ -81,7 +82,7 @@ def gate_change_vs_colliding_heads(
     require_columns(orders, INTERFERENCE_COLUMNS, "orders")
     at = orders if layer is None else orders[orders["layer"] == layer]
     if at.empty:
-        raise ValueError(f"no rows for layer {layer}; the frame has layers {sorted(set(orders['layer']))}")
+        raise FrameError(f"no rows for layer {layer}; the frame has layers {sorted(set(orders['layer']))}")
     rng = np.random.default_rng(0)
 
     with plot_axes(ax, theme, (width, 3.0), 1, lambda fig: fig.subplots()) as (fig, t, axes):
@@ -97,4 +98,4 @@ def gate_change_vs_colliding_heads(
         panel.legend(fontsize=7)
         panel.grid(axis="y")
         panel.set_axisbelow(True)
-    return drawn(fig, ax)
+    return drawn(fig, ax, orders)

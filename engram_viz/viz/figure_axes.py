@@ -16,6 +16,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.transforms import blended_transform_factory
 
+from engram_viz.errors import InputError
+from engram_viz.viz.stamps import stamp
 from engram_viz.viz.style import Theme, display_piece, get_theme, paper_rc, themed_figure
 
 AxesArg = Axes | Sequence[Axes] | None
@@ -38,14 +40,18 @@ def plot_axes(
         return
     axes = [ax] if isinstance(ax, Axes) else list(ax)
     if len(axes) != n or not all(isinstance(a, Axes) for a in axes):
-        raise ValueError(f"ax must be {n} matplotlib Axes (one per panel), got {ax!r}")
+        raise InputError(f"ax must be {n} matplotlib Axes (one per panel), got {ax!r}")
     t = get_theme(theme)
     with matplotlib.rc_context(paper_rc(t)):
         yield axes[0].figure, t, axes
 
 
-def drawn(fig: Figure, ax: AxesArg) -> Figure | Axes | Sequence[Axes]:
-    """What a plot returns: the figure it made, or the axes it was given."""
+def drawn(fig: Figure, ax: AxesArg, data: pd.DataFrame | None = None) -> Figure | Axes | Sequence[Axes]:
+    """What a plot returns: the figure it made, or the axes it was given (the caller holds their
+    figure, and a multi-panel plot fills several). Either way the figure is stamped with the
+    provenance ``data`` carries in its attrs (``viz.stamps.stamp``; a frame without leaves it bare)."""
+    if data is not None:
+        stamp(fig, data)
     return fig if ax is None else ax
 
 

@@ -18,6 +18,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from engram_viz.errors import FrameError
 from engram_viz.viz.figure_axes import AxesArg, drawn, heatmap_width, legend, plot_axes, token_ticks
 from engram_viz.viz.frames import (
     GATE_COLUMNS,
@@ -43,7 +44,7 @@ def _gate_rows(
         if tokens is None:
             tokens, image = table["token"].tolist(), table["is_image"].to_numpy()
         elif len(table) != len(tokens):
-            raise ValueError(f"prompt {prompt!r} has {len(table)} positions at layer {layer} but {len(tokens)} before")
+            raise FrameError(f"prompt {prompt!r} has {len(table)} positions at layer {layer} but {len(tokens)} before")
         streams = stream_columns(table)
         values = np.array(table[streams], dtype=float).T
         values[:, image] = np.nan
@@ -87,7 +88,7 @@ def gate_heatmap(
         for side in ("left", "bottom"):
             axes.spines[side].set_visible(False)
         fig.colorbar(im, ax=axes, label="gate", fraction=0.04, pad=0.01, aspect=15).outline.set_visible(False)
-    return drawn(fig, ax)
+    return drawn(fig, ax, gates)
 
 
 def _stream_boxes(ax: Axes, at: pd.DataFrame, by: str, groups: list, streams: list[int], t: Theme) -> None:
@@ -135,7 +136,7 @@ def gate_distributions(
     layers = pick_layers(gates, layer, "gates")
     text = gates[~gates["is_image"].astype(bool)]
     if text.empty:
-        raise ValueError("the gates frame holds only image positions; no gates to show")
+        raise FrameError("the gates frame holds only image positions; no gates to show")
     groups = list(pd.unique(text[by]))
     streams = sorted(int(s) for s in pd.unique(text["stream"]))
     fig_w = width if width is not None else float(np.clip(1.5 + 0.55 * len(groups) * len(layers), 4.0, 14.0))
@@ -162,7 +163,7 @@ def gate_distributions(
         legend(fig, axes, ax is None, handles, [h.get_label() for h in handles], len(streams))
         if ax is None:
             fig.suptitle(f"gate distributions by {by} (text positions)", x=0.01, ha="left", fontsize=9.5)
-    return drawn(fig, ax)
+    return drawn(fig, ax, gates)
 
 
 def _exposure_panels(fig: Figure, top: Axes, bottom: Axes, lay: int, table: pd.DataFrame, t: Theme) -> None:
@@ -223,7 +224,7 @@ def exposure_beside_gates(
         token_ticks(axes[-1], tokens)
         if ax is None:
             fig.suptitle(str(prompt), x=0.01, ha="left", fontsize=9.5)
-    return drawn(fig, ax)
+    return drawn(fig, ax, gates)
 
 
 def diff_matrix(diff: pd.DataFrame) -> tuple[np.ndarray, list[str], list[str], float]:
@@ -276,4 +277,4 @@ def gate_difference_heatmap(
             axes.spines[side].set_visible(False)
         bar = fig.colorbar(im, ax=axes, label=f"gate {b} - {a}", fraction=0.04, pad=0.01, aspect=15)
         bar.outline.set_visible(False)
-    return drawn(fig, ax)
+    return drawn(fig, ax, diff)

@@ -60,4 +60,4 @@ def gate_vs_memory(
         right.set_title("gate vs training count", loc="left")
         right.grid(alpha=0.3)
         right.legend(fontsize=7)
-    return drawn(fig, ax)
+    return drawn(fig, ax, summary)

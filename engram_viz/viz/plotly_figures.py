@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 from matplotlib import colormaps
 
+from engram_viz.errors import FrameError
 from engram_viz.viz.frames import (
     GATE_COLUMNS,
     gate_table,
@@ -22,6 +23,7 @@ from engram_viz.viz.frames import (
     stream_columns,
 )
 from engram_viz.viz.gate_plots import diff_matrix
+from engram_viz.viz.stamps import stamp
 from engram_viz.viz.style import HEAT_CMAP, HTML_FONT_STACK, Theme, display_piece, get_theme, text_color_on
 
 
@@ -53,7 +55,7 @@ def _heatmap_rows(
     z, ylabels, custom = [], [], []
     for lay, table in zip(layers, tables):
         if len(table) != n:
-            raise ValueError(
+            raise FrameError(
                 f"prompt {prompt!r} has {len(table)} positions at layer {lay} but {n} at layer {layers[0]}"
             )
         exposure = table["exposure"].astype(int).astype(str).tolist() if "exposure" in table else ["n/a"] * n
@@ -169,7 +171,7 @@ def gate_heatmap_interactive(
     fig.update_yaxes(autorange="reversed", row=2, col=1)
     fig.update_yaxes(showticklabels=False, row=1, col=1)
     fig.update_xaxes(title_text="position", row=2, col=1)
-    return _themed(
+    fig = _themed(
         fig,
         t,
         f"{html.escape(str(prompt))}: gates per stream (image positions grey)",
@@ -177,6 +179,7 @@ def gate_heatmap_interactive(
         height or 250 + 30 * len(ylabels),
         bottom=40,
     )
+    return stamp(fig, gates)
 
 
 def gate_difference_interactive(
@@ -226,7 +229,7 @@ def gate_difference_interactive(
         zeroline=False,
     )
     fig.update_yaxes(autorange="reversed", showgrid=False, zeroline=False)
-    return _themed(
+    fig = _themed(
         fig,
         t,
         f"gate {html.escape(str(b))} - gate {html.escape(str(a))} per aligned token",
@@ -234,3 +237,4 @@ def gate_difference_interactive(
         height or 220 + 26 * len(rows),
         bottom=80,
     )
+    return stamp(fig, diff)

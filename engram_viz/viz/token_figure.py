@@ -20,6 +20,7 @@ from matplotlib.figure import Figure
 from matplotlib.font_manager import FontProperties
 from matplotlib.patches import Rectangle
 
+from engram_viz.viz.stamps import stamp
 from engram_viz.viz.style import Theme, get_theme, paper_rc, text_color_on
 from engram_viz.viz.token_chips import TokenCell, stream_label, token_cells, view_setup
 
@@ -137,6 +138,9 @@ def token_text_figure(
     gates: prompt, position, token, is_image, layer, stream, gate. ``layer`` defaults to the
     frame's first layer; ``stream`` is a stream index or 'mean' / 'max' / 'min' over streams.
     Image spans show as one grey chip. ``width`` in inches; the height follows the text.
+
+    Returns the Figure, not an Axes: the chips are laid out in inches over the whole figure, whose
+    height follows the text, so there is no Axes to draw into (hence no ``ax=``).
     """
     chosen, layer = view_setup(gates, prompts, layer)
     t = get_theme(theme)
@@ -177,4 +181,4 @@ def token_text_figure(
         _colour_bar(fig, ink, t, cmap, norm, f"gate ({stream_label(stream)}, layer {layer})")
         fig.draw_without_rendering()
     fig.engram_viz_theme = t.name
-    return fig
+    return stamp(fig, gates)

@@ -18,6 +18,7 @@ from matplotlib.colors import Normalize, to_hex
 from matplotlib.figure import Figure
 
 from engram_viz.viz.frames import pick_prompts
+from engram_viz.viz.stamps import stamp
 from engram_viz.viz.style import HTML_FONT_STACK, Theme, get_theme, paper_rc, text_color_on
 from engram_viz.viz.token_chips import TokenCell, stream_label, token_cells, view_setup
 from engram_viz.viz.token_figure import token_text_figure
@@ -195,4 +196,5 @@ def token_view(
     checked now so that errors show where the view is made; ``attribution`` as in :func:`token_html`."""
     view_setup(gates, prompts, layer)
     get_theme(theme)
-    return TokenView(gates, prompts, layer, stream, rows, theme, title=title, attribution=attribution)
+    view = TokenView(gates, prompts, layer, stream, rows, theme, title=title, attribution=attribution)
+    return stamp(view, gates)  # its title says which model ran, when the frame carries provenance

@@ -18,6 +18,7 @@ from matplotlib.figure import Figure
 
 from engram_viz.config import EngramConfig, load_config
 from engram_viz.core.layout import EngramLayout
+from engram_viz.errors import FrameError, InputError
 from engram_viz.viz.figure_axes import AxesArg, column_axis, column_index, drawn, plot_axes
 from engram_viz.viz.frames import COVERAGE_COLUMNS, USAGE_COLUMNS, as_usage_frame, pick_layers, require_columns
 from engram_viz.viz.style import Theme
@@ -60,7 +61,7 @@ def coverage_per_column(
             panel.set_ylabel("touched / prime", fontsize=7)
             panel.grid(axis="y")
             panel.set_axisbelow(True)
-    return drawn(fig, ax)
+    return drawn(fig, ax, coverage)
 
 
 def _log_ranks(n: int, points: int = 2000) -> np.ndarray:
@@ -115,7 +116,7 @@ def row_rank_frequency(
         axes.set_axisbelow(True)
         axes.legend(loc="upper right")
         axes.set_title("table row usage: rank-frequency", loc="left")
-    return drawn(fig, ax)
+    return drawn(fig, ax, usage)
 
 
 def _bin_sizes(prime: int, bins: int) -> np.ndarray:
@@ -150,7 +151,7 @@ def _touched_panel(
     n_rows = int(layout.rows_per_layer[li])
     if len(rows) and (rows.min() < 0 or rows.max() >= n_rows):
         bad = rows[(rows < 0) | (rows >= n_rows)][0]
-        raise ValueError(f"usage row {bad} out of range for layer {lay}; expected 0..{n_rows - 1}")
+        raise FrameError(f"usage row {bad} out of range for layer {lay}; expected 0..{n_rows - 1}")
     w = np.ones(len(rows)) if weight == "touched" else per_row.to_numpy(dtype=float)
     grid, sizes = _touched_grid(rows, w, offsets, primes, int(bins))
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -206,9 +207,9 @@ def touched_rows_map(
     usage = as_usage_frame(usage)
     require_columns(usage, USAGE_COLUMNS, "usage")
     if weight not in ("touched", "hits"):
-        raise ValueError(f"weight {weight!r} is unknown; expected 'touched' or 'hits'")
+        raise InputError(f"weight {weight!r} is unknown; expected 'touched' or 'hits'")
     if not isinstance(bins, (int, np.integer)) or bins < 1:
-        raise ValueError(f"bins must be a positive int, got {bins!r}")
+        raise InputError(f"bins must be a positive int, got {bins!r}")
     lay_out = _as_layout(layout)
     layers = pick_layers(usage, layer, "usage")
 
@@ -218,4 +219,4 @@ def touched_rows_map(
     with plot_axes(ax, theme, (width, 0.5 + 2.2 * len(layers)), len(layers), make) as (fig, t, axes):
         for panel, lay in zip(axes, layers):
             _touched_panel(fig, panel, usage, lay, lay_out, bins, weight, t)
-    return drawn(fig, ax)
+    return drawn(fig, ax, usage)

@@ -11,6 +11,8 @@ import pytest
 
 from engram_viz import settings
 from engram_viz.apps import notebook as nb
+from engram_viz.run.provenance import short_label
+from engram_viz.viz.stamps import stamp
 
 
 def test_load_pipeline_reads_the_environment(monkeypatch, tmp_path):
@@ -30,21 +32,19 @@ def test_provenance_says_model_streams_and_synthetic(pipe, trace):
 
 
 def test_short_label_drops_the_folder():
-    assert (
-        nb.short_label("SYNTHETIC tiny checkpoint (seed 0) at /root/.cache/x/y") == "SYNTHETIC tiny checkpoint (seed 0)"
-    )
-    assert nb.short_label("tiny Engram LM") == "tiny Engram LM"
+    assert short_label("SYNTHETIC tiny checkpoint (seed 0) at /root/.cache/x/y") == "SYNTHETIC tiny checkpoint (seed 0)"
+    assert short_label("tiny Engram LM") == "tiny Engram LM"
 
 
 def test_stamp_and_show_carry_the_label_and_a_png(trace):
     from engram_viz.viz import gate_heatmap, gate_heatmap_interactive, token_view
 
     gates = trace.to_frame("gates")
-    fig = nb.stamp(gate_heatmap(gates, "en"), trace.model_label)
-    assert any(nb.short_label(trace.model_label) == t.get_text() for t in fig.texts)
-    view = nb.stamp(token_view(gates, "en", title="t"), "model X at /some/where")
+    fig = stamp(gate_heatmap(gates, "en"), trace.model_label)
+    assert any(short_label(trace.model_label) == t.get_text() for t in fig.texts)
+    view = stamp(token_view(gates, "en", title="t"), "model X at /some/where")
     assert view.title == "t \u2014 model X"
-    inter = nb.stamp(gate_heatmap_interactive(gates, "en"), trace.model_label)
+    inter = stamp(gate_heatmap_interactive(gates, "en"), trace.model_label)
     assert inter.layout.title.subtitle.text
     bundle = nb.show(inter, fig)._repr_mimebundle_()
     assert "application/vnd.plotly.v1+json" in bundle
@@ -52,7 +52,7 @@ def test_stamp_and_show_carry_the_label_and_a_png(trace):
     json.dumps(bundle)  # what a kernel sends must be JSON
     assert "<script" not in json.dumps(bundle)
     with pytest.raises(TypeError, match="cannot stamp"):
-        nb.stamp(object(), "x")
+        stamp(object(), "x")
 
 
 def test_figures_dir_and_corpus_tokens_from_the_environment(monkeypatch, tmp_path):
@@ -82,3 +82,20 @@ def test_export_figures_writes_checked_files(tmp_path, trace):
     assert nb.check_file(tmp_path / "broken.svg").startswith("SVG does not parse")
     assert "network" in nb.check_file(tmp_path / "remote.html")
     assert np.all(files["path"].map(lambda p: str(p).startswith(str(tmp_path))))
+
+
+def test_figures_from_a_trace_frame_stamp_themselves(trace):
+    from engram_viz.viz import gate_heatmap, gate_heatmap_interactive, token_text_figure, token_view
+
+    gates = trace.to_frame("gates")
+    label = short_label(trace.model_label)
+    fig = gate_heatmap(gates, "en")
+    assert [t.get_text() for t in fig.texts].count(label) == 1
+    stamp(fig, "other model at /x")  # stamping again replaces the line
+    assert label not in [t.get_text() for t in fig.texts] and "other model" in [t.get_text() for t in fig.texts]
+    assert label in [t.get_text() for t in token_text_figure(gates, "en").texts]
+    assert token_view(gates, "en", title="t").title == f"t \u2014 {label}"
+    assert gate_heatmap_interactive(gates, "en").layout.title.subtitle.text
+    bare = gates.copy()
+    bare.attrs.clear()
+    assert label not in [t.get_text() for t in gate_heatmap(bare, "en").texts]  # no provenance, no stamp

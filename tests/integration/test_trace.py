@@ -179,3 +179,31 @@ def test_validation(trace):
             "m",
             "s",
         )
+
+
+def test_gates_with_exposure_is_a_frame_not_a_mutation(trace):
+    from engram_viz.analysis.row_stats.trace_ngrams import gates_with_exposure
+
+    bare = trace.with_extras()
+    bare.extras.pop("exposure")
+    assert "exposure" in trace.extras  # with_extras gave a new Trace; this one is untouched
+    assert "exposure" not in bare.to_frame("gates").columns
+    merged = gates_with_exposure(bare, Pipeline(synthetic_checkpoint("tiny", 0), device="cpu").config)
+    assert "exposure" not in bare.extras
+    pd.testing.assert_frame_equal(merged, trace.to_frame("gates"))  # the same column, the same order
+    with pytest.raises(TraceError, match="exposure must be"):
+        bare.to_frame("gates", exposure=torch.zeros(1, 2, 3, dtype=torch.int64))
+    with pytest.raises(TraceError, match="'gates' table"):
+        bare.to_frame("rows", exposure=trace.extras["exposure"])
+
+
+def test_frames_carry_the_provenance(trace):
+    from engram_viz.run.provenance import provenance_of
+
+    for name, df in trace.to_frames().items():
+        prov = provenance_of(df)
+        assert prov == trace.provenance, name
+        assert prov.synthetic is True and prov.model == trace.model_label and prov.config == "tiny"
+    sub = trace.to_frame("gates").query("prompt == 'en'")
+    assert provenance_of(sub) == trace.provenance  # filtering keeps it
+    assert provenance_of(pd.DataFrame({"a": [1]})) is None

@@ -28,26 +28,23 @@ import pandas as pd
 import torch
 
 from engram_viz.analysis.row_stats.row_index import RowIndex
+from engram_viz.core.hooks import hook_name
 from engram_viz.run.counterfactual import EditEffect
 from engram_viz.run.pipeline import Pipeline
+from engram_viz.run.provenance import provenance_of
 from engram_viz.run.trace import token_pieces
+
+INPUT_SITES = ("streams", "hash_ids", "token_mask")  # what an Engram layer's forward takes
 
 
 def engram_inputs(pipeline: Pipeline, prompt) -> tuple[object, dict[int, tuple]]:
     """One prompt run through ``pipeline``; ``(PromptInput, {layer: (x, hash_ids, token_mask)})``:
-    what each Engram layer received (captured by a forward pre-hook on the module)."""
+    what each Engram layer received (its ``streams``, ``hash_ids`` and ``token_mask`` hook sites)."""
     p = pipeline.build([prompt])[0]
-    seen: dict[int, tuple] = {}
-    handles = [
-        e.register_forward_pre_hook(lambda mod, args, n=n: seen.__setitem__(n, tuple(args)))
-        for n, e in pipeline.engrams.items()
-    ]
-    try:
-        pipeline.forward(torch.from_numpy(p.input_ids)[None], torch.from_numpy(p.token_types)[None])
-    finally:
-        for h in handles:
-            h.remove()
-    return p, seen
+    ids, types = torch.from_numpy(p.input_ids)[None], torch.from_numpy(p.token_types)[None]
+    names = [f"engram.*.{site}" for site in INPUT_SITES]
+    _, cache = pipeline.registry.run_with_cache(lambda: pipeline.forward(ids, types), names, device=None)
+    return p, {n: tuple(cache[hook_name(n, site)] for site in INPUT_SITES) for n in pipeline.layer_ids}
 
 
 def rows_out(engram, inputs: tuple, masks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -142,7 +139,8 @@ def collision_interference(pipeline: Pipeline, prompts, index: RowIndex) -> tupl
             h, o = _layer_frames(pipeline, p, layer, seen[layer], index, pieces)
             heads.append(h[text[h["position"].to_numpy()]])
             orders.append(o[text[o["position"].to_numpy()]])
-    return pd.concat(heads, ignore_index=True), pd.concat(orders, ignore_index=True)
+    prov = provenance_of(pipeline)  # the frames carry it, so their figures stamp themselves
+    return prov.tag(pd.concat(heads, ignore_index=True)), prov.tag(pd.concat(orders, ignore_index=True))
 
 
 def collateral_ngrams(index: RowIndex, rows: dict[int, object], decoder=None) -> pd.DataFrame:

@@ -39,7 +39,8 @@ from engram_viz.analysis.corpus.windows import sequence_windows, window_ngrams
 from engram_viz.analysis.explain.attribution import LayerAttribution, attribute_layer
 from engram_viz.analysis.row_stats.trace_ngrams import trace_sequences
 from engram_viz.core.layout import EngramLayout
-from engram_viz.errors import EngramVizError
+from engram_viz.errors import AttributionError
+from engram_viz.run.provenance import Provenance, provenance_of
 
 ROW_COLUMNS = (
     "prompt",
@@ -76,10 +77,6 @@ GROUP_COLUMNS = (
 )
 
 
-class AttributionError(EngramVizError, ValueError):
-    """A position or layer that the prompt or the model does not have."""
-
-
 @dataclass
 class Explanation:
     """The attribution of some positions of one prompt: ``positions [P]`` (token indices),
@@ -95,6 +92,10 @@ class Explanation:
     row_ids: np.ndarray
     ngrams: list[dict[int, str]]
     layers: dict[int, LayerAttribution]
+    provenance: Provenance | None = None  # of the run; every frame carries it in its attrs
+
+    def _tagged(self, df: pd.DataFrame) -> pd.DataFrame:
+        return self.provenance.tag(df) if self.provenance is not None else df
 
     def index(self, position: int) -> int:
         """Where token ``position`` (negative counts from the end) sits among :attr:`positions`."""
@@ -143,7 +144,7 @@ class Explanation:
         df["token"] = [self.pieces[p] for p in df["position"]]
         df["ngram"] = [self.ngrams[self.index(p)][o] for p, o in zip(df["position"], df["order"])]
         df["prompt"] = self.prompt
-        return df[list(ROW_COLUMNS)]
+        return self._tagged(df[list(ROW_COLUMNS)])
 
     def position_table(self, position: int, layer: int | None = None) -> pd.DataFrame:
         """One position's rows, streams side by side (what ``engram-viz explain`` prints): layer,
@@ -155,7 +156,7 @@ class Explanation:
         out = df.drop_duplicates(["layer", "column"]).set_index(["layer", "column"])[keys[1:]]
         for (name, stream), col in wide.items():
             out[f"{'share' if name == 'dot_share' else 'loo'}_s{stream}"] = col
-        return out.reset_index().drop(columns="column")
+        return self._tagged(out.reset_index().drop(columns="column"))
 
     def position_summary(self, position: int) -> dict[str, Any]:
         """Plain-JSON summary of one position: token, gates, dots, the rounding left over, per layer."""
@@ -213,7 +214,7 @@ class Explanation:
         df = pd.concat(parts, ignore_index=True)
         df["token"] = [self.pieces[p] for p in df["position"]]
         df["prompt"] = self.prompt
-        return df[list(GROUP_COLUMNS)]
+        return self._tagged(df[list(GROUP_COLUMNS)])
 
 
 def _decoded_ngrams(trace: Any, decoder: NgramDecoder, positions: np.ndarray, max_ngram: int) -> list[dict[int, str]]:
@@ -227,19 +228,10 @@ def _decoded_ngrams(trace: Any, decoder: NgramDecoder, positions: np.ndarray, ma
 
 
 def _run_capturing(pipeline: Any, prompt: Any) -> tuple[Any, dict[int, torch.Tensor]]:
-    """``Pipeline.run`` of one prompt with the rows, key, value and dot captured and each Engram layer's input streams
-    read by a forward pre-hook: ``(trace, {layer: x [T, hc, dim]})``."""
-    xs: dict[int, torch.Tensor] = {}
-    handles = [
-        e.register_forward_pre_hook(lambda m, args, n=n: xs.__setitem__(n, args[0].detach().clone()))
-        for n, e in pipeline.engrams.items()
-    ]
-    try:
-        trace = pipeline.run([prompt], names=[f"engram.*.{site}" for site in ("rows", "key", "value", "dot")])
-    finally:
-        for h in handles:
-            h.remove()
-    return trace, {n: x[0] for n, x in xs.items()}
+    """``Pipeline.run`` of one prompt with each Engram layer's input streams (``engram.L{n}.streams``),
+    rows, key, value and dot captured: ``(trace, {layer: x [T, hc, dim]})``."""
+    trace = pipeline.run([prompt], names=[f"engram.*.{site}" for site in ("streams", "rows", "key", "value", "dot")])
+    return trace, {n: x[0] for n, x in trace.captured("streams").items()}
 
 
 def explain(
@@ -288,6 +280,7 @@ def explain(
         row_ids=trace.row_ids[0, pos][:, li].numpy(),
         ngrams=_decoded_ngrams(trace, decoder, pos, pipeline.config.engram_max_ngram_size),
         layers=attributions,
+        provenance=trace.provenance,
     )
 
 
@@ -331,4 +324,4 @@ def order_profile(pipeline: Any, prompts: Iterable[Any]) -> pd.DataFrame:
         g.insert(1, "category", category)
         g.insert(4, "token_class", [token_class(t, category) for t in g["token"]])
         frames.append(g)
-    return pd.concat(frames, ignore_index=True)
+    return provenance_of(pipeline).tag(pd.concat(frames, ignore_index=True))

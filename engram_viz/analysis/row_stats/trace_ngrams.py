@@ -11,10 +11,10 @@ also hold a different n-gram of a population.
 
 The population is the trace's own text positions (each prompt a sequence from position 0, image
 positions left out and blocking, see ``trace_ngrams.trace_sequences``), plus a reference corpus
-(a ``CollisionStats``) when given. A Trace carries the result in ``trace.extras["exposure"]``,
-which its ``gates`` frame turns into the ``exposure`` column::
+(a ``CollisionStats``) when given. :func:`gates_with_exposure` is the Trace's ``gates`` frame with
+that ``exposure`` column::
 
-    trace.extras["exposure"] = collision_exposure(trace, pipe.config)
+    gates = gates_with_exposure(trace, pipe.config)  # or (trace, pipe.config, corpus_stats)
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from engram_viz.analysis.corpus.ngram_counts import NgramCounts
 from engram_viz.analysis.corpus.windows import DEAD, sequence_blocked, sequence_windows, window_ngrams
 from engram_viz.analysis.row_stats.collisions import CollisionStats
 from engram_viz.config import EngramConfig, load_config
+from engram_viz.errors import InputError
 from engram_viz.run.trace import Trace
 
 
@@ -55,7 +56,7 @@ def ngram_frequency(trace: Trace, counts: NgramCounts, order: int = 3) -> pd.Dat
     ngram_count; -1 where the n-gram is blocked (it reaches before the start or onto an image)."""
     max_ngram = int(counts.config.engram_max_ngram_size)
     if not 2 <= order <= max_ngram:
-        raise ValueError(f"order must be in 2..{max_ngram}, got {order}")
+        raise InputError(f"order must be in 2..{max_ngram}, got {order}")
     recs = []
     for pid, (c, text) in zip(trace.prompt_ids, trace_sequences(trace)):
         windows, _ = sequence_windows(c, counts.pad_id, max_ngram, text)
@@ -99,3 +100,9 @@ def collision_exposure(trace: Trace, config: EngramConfig, stats: CollisionStats
     for i, e in enumerate(per_prompt):
         out[i, : len(e)] = torch.from_numpy(np.asarray(e, dtype=np.int64))
     return out.masked_fill(~trace.valid.unsqueeze(-1), 0)
+
+
+def gates_with_exposure(trace: Trace, config: EngramConfig, stats: CollisionStats | None = None) -> pd.DataFrame:
+    """The Trace's ``gates`` frame with its ``exposure`` column: :func:`collision_exposure` of every
+    position (against the trace's own text, plus ``stats`` when given), repeated over the streams."""
+    return trace.to_frame("gates", exposure=collision_exposure(trace, config, stats))

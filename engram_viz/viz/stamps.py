@@ -1,0 +1,83 @@
+"""Provenance on the page: the box that says which model, weights and streams produced a result (shown
+by the notebooks) and the stamp every figure drawn from a Trace's frame carries (the figures of the
+report page and of the notebooks alike).
+
+The data is ``engram_viz.run.provenance.Provenance``, read from a Trace, a Pipeline or a frame's
+``attrs``; the plot functions call :func:`stamp` with the frame they drew, so no caller labels a
+figure by hand.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from matplotlib.figure import Figure
+
+from engram_viz.errors import InputTypeError
+from engram_viz.run.provenance import Provenance, provenance_of
+
+_STAMP = "_engram_viz_stamp"  # the matplotlib Text a figure was stamped with (restamping replaces it)
+_TITLE = "_engram_viz_title"  # a TokenView's own title, before its stamp
+_SYNTHETIC_NOTE = (
+    "<b>Synthetic weights:</b> random, not trained. Gates show the arithmetic of the Engram path, not "
+    "anything learned; row ids, collisions and row usage are exact (they depend only on the tokenizer and "
+    "the layout)."
+)
+
+
+def stamp(fig: Any, source: Any) -> Any:
+    """Write the provenance of ``source`` (a frame with provenance attrs, a Trace, a Pipeline, a
+    Provenance, or a label string) on ``fig``: a matplotlib figure gets a small line in its bottom-left
+    corner (once: stamping again replaces it), a plotly figure a subtitle, a TokenView its title.
+    A frame without provenance leaves the figure as it is. Returns the figure."""
+    if isinstance(source, str):
+        text = Provenance(source, "", "", False).label
+    else:
+        found = provenance_of(source)
+        if found is None or not found.model:
+            return fig
+        text = found.label
+    if isinstance(fig, Figure):
+        colour = "#9a9a9a" if getattr(fig, "engram_viz_theme", "light") == "dark" else "#6b6b6b"
+        old = getattr(fig, _STAMP, None)
+        if old is not None:
+            old.set_text(text)
+        else:
+            drawn = fig.text(0.003, 0.003, text, fontsize=5.5, color=colour, ha="left", va="bottom", parse_math=False)
+            setattr(fig, _STAMP, drawn)
+    elif hasattr(fig, "update_layout"):  # plotly
+        title = fig.layout.title.text or ""
+        fig.update_layout(title={"text": title, "subtitle": {"text": html.escape(text)}}, margin={"t": 70})
+    elif hasattr(fig, "title") and hasattr(fig, "png"):  # a TokenView (viz.tokens)
+        base = getattr(fig, _TITLE, fig.title)  # the title before any stamp (stamping again replaces it)
+        setattr(fig, _TITLE, base)
+        fig.title = f"{base} \u2014 {text}" if base else text
+    else:
+        raise InputTypeError(f"cannot stamp a {type(fig).__name__}; expected a matplotlib/plotly figure or a TokenView")
+    return fig
+
+
+class ProvenanceBox:
+    """Which model, weights and streams produced a result; shows as a box (HTML) or as text."""
+
+    def __init__(self, source: Any):
+        found = provenance_of(source)
+        self.provenance = found if found is not None else Provenance("(unknown)", "", "?", False)
+
+    def _repr_html_(self) -> str:
+        p = self.provenance
+        warn = f'<div style="margin-top:6px;color:#8a4b00">{_SYNTHETIC_NOTE}</div>' if p.synthetic else ""
+        return (
+            '<div style="border:1px solid #dfe3ea;background:#f5f7fa;border-radius:6px;padding:8px 12px;'
+            'font-size:13px;color:#1b1b1b"><b>Model and weights:</b> '
+            f"{html.escape(p.model)}<br><b>Residual streams:</b> {html.escape(p.streams or '(set on first run)')}"
+            f"<br><b>Config:</b> {html.escape(str(p.config))}{warn}</div>"
+        )
+
+    def __repr__(self) -> str:
+        p = self.provenance
+        lines = [f"model and weights: {p.model}", f"residual streams: {p.streams}", f"config: {p.config}"]
+        if p.synthetic:
+            lines.append("SYNTHETIC weights: gates are not learned; hashes, collisions and row usage are exact")
+        return "\n".join(lines)
