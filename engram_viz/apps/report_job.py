@@ -247,7 +247,7 @@ def _build_report(
     say(f"running {len(prompt_set)} prompts on {pipe.device}")
     settings.pause_at("report:run")
     trace = pipe.run(prompt_set, names=["engram.*.dot"], progress=progress)
-    trace.extras["exposure"] = collision_exposure(trace, pipe.config)
+    trace = trace.with_extras(exposure=collision_exposure(trace, pipe.config))  # saved with the trace, a gates column
 
     say("saving trace and tables")
     trace.save(out / "trace")
