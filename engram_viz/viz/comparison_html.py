@@ -9,6 +9,9 @@
   through and each image span shows as one grey chip (its gates are 0 in both).
 - ``message_html(message)``: a readable message box (a prompt that cannot run);
   ``header_html(pipeline, ...)``: which model, weights and streams made the view.
+
+Every piece is a macro of ``templates/comparison.html.j2`` (``viz.html_templates``: escaped as
+``html.escape`` does), in the theme's colours.
 """
 
 from __future__ import annotations
@@ -18,13 +21,16 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from markupsafe import Markup
 from matplotlib import colormaps
 
 from engram_viz.analysis.gates.comparison import AlignedDifference, PromptResult, aligned_difference
-from engram_viz.viz.style import HTML_FONT_STACK, Theme, display_piece, get_theme, text_color_on
+from engram_viz.viz.html_templates import macros
+from engram_viz.viz.style import Theme, display_piece, get_theme, text_color_on
 from engram_viz.viz.tokens import token_html
 
 DIFF_FLOOR = 0.05  # the difference colour scale spans at least +-0.05
+_M = macros("comparison.html.j2")
 
 
 def _hex(rgba: np.ndarray) -> list[str]:
@@ -39,68 +45,35 @@ def _diverging_cmap(theme: Theme):
 
 def _gradient(stops: list[str]) -> str:
     """A 140 px colour bar through ``stops`` (for a legend)."""
-    return (
-        '<span style="display:inline-block;width:140px;height:9px;vertical-align:middle;'
-        f'background:linear-gradient(to right, {", ".join(stops)})"></span>'
-    )
+    return _M.gradient(stops)
 
 
 def _grid_rows(colours: np.ndarray, cell: int) -> str:
     """``[rows, columns]`` colour strings -> rows of ``cell`` px squares."""
-    return "".join(
-        f'<div style="line-height:0;height:{cell}px">'
-        + "".join(
-            f'<span style="display:inline-block;width:{cell}px;height:{cell}px;background:{c}"></span>' for c in row
-        )
-        + "</div>"
-        for row in colours
-    )
+    return _M.grid_rows(colours.tolist(), cell)
 
 
 def _grid_cell(tip: str, text: str, rows: str, width: int, colour: str | None = None) -> str:
-    """One token (escaped ``text``) with its grid ``rows`` below it; ``tip`` is its tooltip."""
-    colour_css = f";color:{colour}" if colour is not None else ""
-    return (
-        f'<span class="ev-cell" title="{html.escape(tip, quote=True)}" style="display:inline-block;'
-        f'vertical-align:top;margin:0 2px 6px 0;text-align:center"><span style="display:block;font-size:13px;'
-        f'white-space:pre;min-width:{width}px{colour_css}">{text}</span>{rows}</span>'
-    )
+    """One token (``text``, markup) with its grid ``rows`` below it; ``tip`` is its tooltip."""
+    return _M.grid_cell(tip, Markup(text), Markup(rows), width, colour)
 
 
 def panel_box(theme: Theme, inner: str, title: str = "") -> str:
     """``inner`` HTML in a themed panel, with a small ``title`` line above it when given."""
-    head = (
-        f'<div style="font-size:12px;color:{theme.muted};margin-bottom:4px">{html.escape(title)}</div>' if title else ""
-    )
-    return (
-        f'<div class="ev-panel" style="background:{theme.background};color:{theme.foreground};padding:10px 12px;'
-        f'font-family:{html.escape(HTML_FONT_STACK, quote=True)}">{head}{inner}</div>'
-    )
+    return _M.panel(theme, Markup(inner), title)
 
 
 def message_html(message: str, theme: str | Theme = "light", title: str = "") -> str:
     """A readable message box (inline CSS only)."""
     t = get_theme(theme)
-    bg, border = ("#fff4e5", "#f0b35b") if t.name == "light" else ("#3a2c14", "#b07a2a")
-    return panel_box(
-        t,
-        f'<div class="ev-message" style="background:{bg};border:1px solid {border};border-radius:6px;'
-        f'padding:8px 12px;font-size:14px;white-space:pre-wrap">{html.escape(message)}</div>',
-        title,
-    )
+    return panel_box(t, _M.message(t, message), title)
 
 
 def header_html(pipeline: Any, layer_ids: Sequence[int], hc: int, theme: Theme) -> str:
     """Which model and weights, residual streams, config, Engram layers and device made the view."""
     p = pipeline
     streams = p.streams_label or f"{p.streams_mode} streams"
-    return panel_box(
-        theme,
-        f'<div style="font-size:13px"><b>Model and weights:</b> {html.escape(str(p.model_label))}<br>'
-        f"<b>Residual streams:</b> {html.escape(streams)}<br>"
-        f'<span style="color:{theme.muted}">config {html.escape(p.config.name)}, Engram layers '
-        f"{', '.join(map(str, layer_ids))}, {hc} streams, device {p.device}</span></div>",
-    )
+    return panel_box(theme, _M.header(theme, str(p.model_label), streams, p.config.name, layer_ids, hc, p.device))
 
 
 def gate_grid_html(
@@ -125,11 +98,7 @@ def gate_grid_html(
         rows = _grid_rows(np.full((n_layers, hc), t.image, dtype=object) if img else colours[p], cell)
         text = html.escape(display_piece(piece)) if not img else "&#9633;"
         parts.append(_grid_cell("\n".join(tip), text, rows, hc * cell, t.muted if img else t.foreground))
-    legend = (
-        f'<div style="font-size:12px;color:{t.muted};margin-top:6px">all gates: rows = layers '
-        f"{', '.join(str(x) for x in layer_ids)}, columns = streams 0-{hc - 1}; 0 "
-        f"{_gradient(_hex(t.heat_cmap(np.linspace(0, 1, 11))))} 1</div>"
-    )
+    legend = _M.grid_legend(t, layer_ids, hc, Markup(_gradient(_hex(t.heat_cmap(np.linspace(0, 1, 11))))))
     return panel_box(t, '<div style="line-height:1.1">' + "".join(parts) + "</div>" + legend, label)
 
 
@@ -162,30 +131,17 @@ def _in_image_run(a: PromptResult, b: PromptResult, i: int | None, j: int | None
 def _image_chip(positions: list[int], lb: str, t: Theme) -> str:
     """One grey chip for an image span of B (its gates are 0 in both prompts)."""
     span = f"{min(positions)}-{max(positions)} ({len(positions)} tokens)"
-    tip = f"image span: {lb} positions {span}; gates 0 (masked) in both"
-    return (
-        f'<span class="ev-img" title="{html.escape(tip, quote=True)}" style="background:{t.image};'
-        f'color:{t.muted};font-style:italic;padding:0.15em 0.08em;margin-right:1px;border-radius:2px">'
-        f"[image \u00d7{len(positions)}]</span>"
-    )
+    return _M.image_chip(t, f"image span: {lb} positions {span}; gates 0 (masked) in both", len(positions))
 
 
 def _deleted(piece: str, i: int, la: str, t: Theme) -> str:
-    tip = f"only in {la}: {piece!r} (position {i})"
-    return (
-        f'<span class="ev-del" title="{html.escape(tip, quote=True)}" style="text-decoration:line-through;'
-        f'color:{t.muted};padding:0.1em 0.08em;margin-right:1px;font-size:0.85em">'
-        f"{html.escape(display_piece(piece))}</span>"
-    )
+    return _M.deleted(t, f"only in {la}: {piece!r} (position {i})", display_piece(piece))
 
 
 def _inserted(piece: str, j: int, labels: tuple[str, str], t: Theme) -> str:
     la, lb = labels
     tip = f"{piece!r}  {lb} position {j}: only in {lb} (no partner in {la})"
-    return (
-        f'<span class="ev-ins" title="{html.escape(tip, quote=True)}" style="border:1px dashed '
-        f'{t.muted};padding:0.1em 0.08em;margin-right:1px;border-radius:2px">{html.escape(display_piece(piece))}</span>'
-    )
+    return _M.inserted(t, tip, display_piece(piece))
 
 
 class _DifferenceColours:
@@ -230,10 +186,7 @@ def _paired(
     value = float(d.diff[k])
     rgba = tuple(float(x) for x in colours.tokens[k])
     tip = f"{head}\ngate {la} {d.gate_a[i]:.3f} -> {lb} {d.gate_b[j]:.3f}: {value:+.4f}"
-    return (
-        f'<span class="ev-tok" title="{html.escape(tip, quote=True)}" style="background:{_hex([rgba])[0]};'
-        f'color:{text_color_on(rgba)};padding:0.15em 0.08em;margin-right:1px;border-radius:2px">{text}</span>'
-    )
+    return _M.token(tip, _hex([rgba])[0], text_color_on(rgba), Markup(text))
 
 
 def _difference_tokens(
@@ -331,16 +284,10 @@ def difference_html(
     parts = _difference_tokens(a, b, d, colours, layer_ids, labels, t, cell)
     summary = _difference_summary(a, b, d, scale)
     what = "all layers x streams" if all_gates else f"layer {layer}, {_stream_text(stream)}"
-    legend = (
-        f'<div style="font-size:12px;color:{t.muted};margin-top:8px">gate {lb} - gate {la} ({what}): '
-        f"-{scale:.3g} {_gradient(_hex(colours.cmap(np.linspace(0, 1, 11))))} +{scale:.3g}; dashed = only in {lb}, "
-        f"struck through = only in {la}</div>"
-    )
-    body = (
-        f'<div style="font-size:13px;margin-bottom:6px">{html.escape(_difference_text(summary, b, labels))}</div>'
-        f'<div style="white-space:pre-wrap;word-break:break-word;line-height:{1.1 if all_gates else 2.0};'
-        f'font-size:15px">' + "".join(parts) + "</div>" + legend
-    )
+    gradient = _gradient(_hex(colours.cmap(np.linspace(0, 1, 11))))
+    legend = _M.difference_legend(t, labels, what, f"{scale:.3g}", Markup(gradient))
+    text = _difference_text(summary, b, labels)
+    body = _M.difference(t, text, Markup("".join(parts)), 1.1 if all_gates else 2.0, Markup(legend))
     return panel_box(t, body, f"difference {lb} - {la} per aligned token ({what})"), summary
 
 

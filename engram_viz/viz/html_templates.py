@@ -9,6 +9,7 @@ included), unless they are already markup (``markupsafe.Markup``, e.g. a rendere
 from __future__ import annotations
 
 import html
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -63,3 +64,21 @@ def table_html(df: pd.DataFrame, max_rows: int = 40, floatfmt: str = "{:.4g}") -
 def synthetic_warning(theme: str | Theme = "light", boxed: bool = True) -> Markup:
     """The warning every view of synthetic weights carries: a box (``boxed``) or one coloured line."""
     return render("synthetic_warning.html.j2", t=get_theme(theme), boxed=boxed)
+
+
+class _Macros:
+    """The macros of one template as functions returning plain ``str`` HTML (so that ``+`` with a
+    ``str`` never escapes either side); HTML passed back into a macro goes in as ``Markup``."""
+
+    def __init__(self, name: str):
+        self._module = _ENV.get_template(name).module
+
+    def __getattr__(self, name: str) -> Any:
+        macro = getattr(self._module, name)
+        return lambda *args, **kwargs: str(macro(*args, **kwargs))
+
+
+@lru_cache
+def macros(name: str) -> Any:
+    """The macros of template ``name``: ``macros(name).panel(...)`` -> HTML (a ``str``)."""
+    return _Macros(name)

@@ -113,7 +113,7 @@ def render_html(prov: dict[str, Any], sections: list[Section], out: Path, theme:
         for s in sections
         if s.parts
     ]
-    return render(
+    page = render(
         "report.html.j2",
         title=TITLE,
         t=t,
@@ -125,3 +125,4 @@ def render_html(prov: dict[str, Any], sections: list[Section], out: Path, theme:
         sections=shown,
         files=[p.relative_to(out).as_posix() for p in sorted(out.rglob("*")) if p.is_file()],
     )
+    return str(page)
