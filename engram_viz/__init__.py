@@ -15,10 +15,23 @@ The front door, the names a researcher needs::
   random weights of a config)
 - statistics: :class:`RowUsage` (which table rows are read) and :class:`CollisionStats` (hash
   collisions), over prompts or a corpus
+- prompts: :func:`load_prompts`, :func:`prompt_set_for`, :func:`prompt_set_path`, ``PROMPT_SETS``
+- gates: :func:`gate_overview`, :func:`stream_selectivity`, :func:`gates_with_exposure` (the gates
+  frame with its collision ``exposure`` column), :func:`collision_exposure`, :func:`ngram_windows_table`,
+  :func:`after_image_vs_fresh_start`
+- why this gate: :func:`explain` -> :class:`Explanation` (``rows_frame``, ``position_table``,
+  ``groups_frame``), :func:`order_profile`
+- row edits: :func:`edit_rows` / :func:`edit_tables` (overlays on a table's rows), :func:`compare_edit`
+  -> :class:`EditEffect`, :func:`localise_entities`, :func:`row_lens`, :func:`position_lens`,
+  :func:`collateral_ngrams`, :func:`collateral_reads`, :func:`collision_interference`, :class:`RowIndex`
+- corpora and layout: :func:`corpus_sample`, :class:`NgramDecoder`, :class:`EngramLayout`, :func:`get_tokenizer`
+- provenance: :class:`Provenance` (model, streams, config, synthetic), :func:`provenance_of`,
+  :func:`layout_provenance`; every frame of a Trace carries it in ``df.attrs`` and figures stamp it
+- figures: ``ev.viz`` (``ev.viz.gate_heatmap(gates)``, every plot of :mod:`engram_viz.viz`)
 - the report: :func:`write_report` (what ``engram-viz report`` writes)
 - errors: :class:`EngramVizError`, the base of every error a user can cause
-- the widget: :class:`PromptComparison` and :func:`app` (imported on first use: ``import
-  engram_viz`` needs no ipywidgets)
+- the widget: :class:`PromptComparison` and :func:`app`, and the notebook glue ``ev.notebook``
+  (imported on first use: ``import engram_viz`` needs no ipywidgets)
 """
 
 from __future__ import annotations
@@ -26,41 +39,98 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from engram_viz import viz
+from engram_viz.analysis.corpus.counting import corpus_sample
+from engram_viz.analysis.corpus.ngram_text import NgramDecoder
+from engram_viz.analysis.edits.localisation import ENTITY_PROMPT, localise_entities
+from engram_viz.analysis.edits.row_lens import position_lens, row_lens
+from engram_viz.analysis.edits.shared_rows import collateral_ngrams, collateral_reads, collision_interference
+from engram_viz.analysis.explain.explanation import Explanation, explain, order_profile
+from engram_viz.analysis.gates.image_boundary import after_image_vs_fresh_start
+from engram_viz.analysis.gates.summary import gate_overview, stream_selectivity
 from engram_viz.analysis.row_stats.collisions import CollisionStats
+from engram_viz.analysis.row_stats.row_index import RowIndex
+from engram_viz.analysis.row_stats.trace_ngrams import collision_exposure, gates_with_exposure, ngram_windows_table
 from engram_viz.analysis.row_stats.usage import RowUsage
 from engram_viz.apps.report_job import write_report
 from engram_viz.config import EngramConfig, load_config
+from engram_viz.core.layout import EngramLayout
+from engram_viz.core.tokenizer import get_tokenizer
 from engram_viz.errors import EngramVizError
 from engram_viz.run.attach import attach
 from engram_viz.run.capture import force_gate, zero_ablate
+from engram_viz.run.counterfactual import EditEffect, compare_edit
 from engram_viz.run.pipeline import Pipeline
+from engram_viz.run.prompts import PROMPT_SETS, load_prompts, prompt_set_for, prompt_set_path
+from engram_viz.run.provenance import Provenance, layout_provenance, provenance_of
 from engram_viz.run.trace import Trace
 from engram_viz.weights.checkpoint import open_checkpoint
+from engram_viz.weights.row_edits import RowOverlay, edit_rows, edit_tables
 from engram_viz.weights.synthetic import synthetic_checkpoint
 
 _LAZY = {"PromptComparison": "engram_viz.apps.widget", "app": "engram_viz.apps.widget"}
+_LAZY_MODULES = {"notebook": "engram_viz.apps.notebook"}  # the notebooks' glue (display, export)
 
 __all__ = [
+    "ENTITY_PROMPT",
+    "PROMPT_SETS",
     "CollisionStats",
+    "EditEffect",
     "EngramConfig",
+    "EngramLayout",
     "EngramVizError",
+    "Explanation",
+    "NgramDecoder",
     "Pipeline",
     "PromptComparison",
+    "Provenance",
+    "RowIndex",
+    "RowOverlay",
     "RowUsage",
     "Trace",
+    "after_image_vs_fresh_start",
     "app",
     "attach",
+    "collateral_ngrams",
+    "collateral_reads",
+    "collision_exposure",
+    "collision_interference",
+    "compare_edit",
+    "corpus_sample",
+    "edit_rows",
+    "edit_tables",
+    "explain",
     "force_gate",
+    "gate_overview",
+    "gates_with_exposure",
+    "get_tokenizer",
+    "layout_provenance",
     "load_config",
+    "load_prompts",
+    "localise_entities",
+    "ngram_windows_table",
+    "notebook",
     "open_checkpoint",
+    "order_profile",
+    "position_lens",
+    "prompt_set_for",
+    "prompt_set_path",
+    "provenance_of",
+    "row_lens",
+    "stream_selectivity",
     "synthetic_checkpoint",
+    "viz",
     "write_report",
     "zero_ablate",
 ]
 
 
 def __getattr__(name: str) -> Any:
-    """The widget names, imported on first access (the widget stack is optional)."""
+    """The widget names and the notebook glue, imported on first access (the widget stack is optional)."""
+    if name in _LAZY_MODULES:
+        module = importlib.import_module(_LAZY_MODULES[name])
+        globals()[name] = module
+        return module
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value

@@ -17,12 +17,20 @@ each taking a tidy frame with the library's own column names first; all but the 
 
 Exploring (plotly): ``gate_heatmap_interactive(gates, rows=...)``, ``gate_difference_interactive(diff)``. Token-coloured HTML with
 tooltips: ``token_html(gates)``; ``token_view(gates)`` shows in a notebook as HTML plus a PNG.
-Save any of them with ``engram_viz.viz.export.export_all(fig, stem)``.
+Why this gate and row edits: ``attribution_bars(groups, position)``, ``attribution_bars_interactive``,
+``order_profile_plot(profile)``, ``loss_change_by_token(loss, prompt)``,
+``gate_change_vs_colliding_heads(orders)``; gate versus memory: ``gate_vs_memory(summary, curve, rho)``.
+Every figure drawn from a frame that carries provenance (every frame of a Trace) is stamped with it
+(``stamps.stamp``). Save any of them with ``engram_viz.viz.export.export_all(fig, stem)``.
 """
 
+from engram_viz.viz.attribution_plots import attribution_bars, attribution_bars_interactive, order_profile_plot
 from engram_viz.viz.collision_plots import collisions_vs_expected, heads_shared_vs_expected
+from engram_viz.viz.edit_plots import gate_change_vs_colliding_heads, loss_change_by_token
 from engram_viz.viz.gate_plots import exposure_beside_gates, gate_difference_heatmap, gate_distributions, gate_heatmap
+from engram_viz.viz.memory_plots import gate_vs_memory
 from engram_viz.viz.plotly_figures import gate_difference_interactive, gate_heatmap_interactive
+from engram_viz.viz.stamps import ProvenanceBox, stamp
 from engram_viz.viz.style import (
     THEMES,
     CJKFontMissingError,
@@ -42,22 +50,30 @@ __all__ = [
     "THEMES",
     "CJKFontMissingError",
     "CJKFontWarning",
+    "ProvenanceBox",
     "Theme",
     "TokenView",
+    "attribution_bars",
+    "attribution_bars_interactive",
     "cjk_font",
     "collisions_vs_expected",
     "coverage_per_column",
     "exposure_beside_gates",
+    "gate_change_vs_colliding_heads",
     "gate_difference_heatmap",
     "gate_difference_interactive",
     "gate_distributions",
     "gate_heatmap",
     "gate_heatmap_interactive",
+    "gate_vs_memory",
     "get_theme",
     "heads_shared_vs_expected",
+    "loss_change_by_token",
+    "order_profile_plot",
     "paper_rc",
     "require_cjk_font",
     "row_rank_frequency",
+    "stamp",
     "token_cells",
     "token_html",
     "token_text_figure",

@@ -37,3 +37,16 @@ def test_import_needs_no_widget_stack():
 def test_unknown_attribute_is_an_attribute_error():
     with pytest.raises(AttributeError, match="no_such_name"):
         ev.no_such_name  # noqa: B018
+
+
+def test_front_door_reaches_explain_row_edits_and_figures():
+    from engram_viz.analysis.explain.explanation import explain
+    from engram_viz.viz.gate_plots import gate_heatmap
+    from engram_viz.weights.row_edits import edit_rows
+
+    assert ev.explain is explain and ev.edit_rows is edit_rows and ev.viz.gate_heatmap is gate_heatmap
+    assert callable(ev.compare_edit) and callable(ev.gates_with_exposure) and callable(ev.viz.stamp)
+    code = "import sys\nimport engram_viz as ev\nprint('engram_viz.apps.notebook' in sys.modules)\nev.notebook.setup\n"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False"]  # the notebook glue is imported on first use
