@@ -26,20 +26,19 @@
 # %%
 from IPython.display import display
 
-from engram_viz.analysis.row_stats.trace_ngrams import collision_exposure
-from engram_viz.apps import notebook as nb
-from engram_viz.viz import gate_heatmap, gate_heatmap_interactive, token_view
+import engram_viz as ev
 
-nb.setup()
-pipe = nb.load_pipeline()
+ev.notebook.setup()
+pipe = ev.notebook.load_pipeline()
 pipe
 
 # %% [markdown]
 # Which model and weights produce every output below (the embedded default says plainly when its
-# weights are synthetic):
+# weights are synthetic). Every frame of a run carries this in its `attrs`, and every figure drawn
+# from such a frame stamps it in a corner:
 
 # %%
-nb.provenance(pipe)
+ev.notebook.provenance(pipe)
 
 # %% [markdown]
 # ## One prompt
@@ -51,10 +50,9 @@ nb.provenance(pipe)
 # %%
 prompt = "Only Alexander the Great could tame the horse Bucephalus."
 trace = pipe.run([{"id": "alexander", "category": "english_entities", "text": prompt}])
-trace.extras["exposure"] = collision_exposure(trace, pipe.config)
-gates = trace.to_frame("gates")
+gates = ev.gates_with_exposure(trace, pipe.config)  # the gates frame with its collision exposure
 rows = trace.to_frame("rows")
-display(nb.provenance(trace))
+display(ev.notebook.provenance(gates))
 gates.head(8)
 
 # %% [markdown]
@@ -65,9 +63,7 @@ gates.head(8)
 
 # %%
 for layer in trace.layer_ids:
-    display(
-        nb.stamp(token_view(gates, layer=layer, stream="mean", rows=rows, title=f"layer {layer}"), trace.model_label)
-    )
+    display(ev.viz.token_view(gates, layer=layer, stream="mean", rows=rows, title=f"layer {layer}"))
 
 # %% [markdown]
 # ## Stream x position heatmap
@@ -76,9 +72,9 @@ for layer in trace.layer_ids:
 # paper figure of the same data.
 
 # %%
-fig = nb.stamp(gate_heatmap_interactive(gates, rows=rows), trace.model_label)
-paper = nb.stamp(gate_heatmap(gates), trace.model_label)
-nb.show(fig, paper)
+fig = ev.viz.gate_heatmap_interactive(gates, rows=rows)
+paper = ev.viz.gate_heatmap(gates)
+ev.notebook.show(fig, paper)
 
 # %% [markdown]
 # The numbers themselves, one column per stream:

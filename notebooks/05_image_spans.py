@@ -26,36 +26,27 @@
 # %%
 from IPython.display import display
 
-from engram_viz.analysis.gates.image_boundary import after_image_vs_fresh_start
-from engram_viz.analysis.row_stats.trace_ngrams import collision_exposure, ngram_windows_table
-from engram_viz.apps import notebook as nb
-from engram_viz.viz import gate_heatmap, gate_heatmap_interactive, token_view
+import engram_viz as ev
 
-nb.setup()
-pipe = nb.load_pipeline()
+ev.notebook.setup()
+pipe = ev.notebook.load_pipeline()
 prompts = [
     {"id": "caption", "category": "image", "text": "Here is the Milky Way: <image:6x3> It stretches across the sky."},
     {"id": "zh_photo", "category": "image", "text": "万里长城 <image:4x2> 嘉峪关是长城的西端。"},
     {"id": "two_images", "category": "image", "text": "Before <image:3x2> between <image:640x480px> after."},
 ]
 trace = pipe.run(prompts)
-trace.extras["exposure"] = collision_exposure(trace, pipe.config)
-gates = trace.to_frame("gates")
+gates = ev.gates_with_exposure(trace, pipe.config)
 rows = trace.to_frame("rows")
-nb.provenance(trace)
+ev.notebook.provenance(trace)
 
 # %% [markdown]
 # ## Shut gates
 # Image spans show as one grey chip in the token view and as grey cells in the heatmap:
 
 # %%
-display(
-    nb.stamp(token_view(gates, layer=trace.layer_ids[0], rows=rows, title="gates with image spans"), trace.model_label)
-)
-nb.show(
-    nb.stamp(gate_heatmap_interactive(gates, "caption", rows=rows), trace.model_label),
-    nb.stamp(gate_heatmap(gates, "caption"), trace.model_label),
-)
+display(ev.viz.token_view(gates, layer=trace.layer_ids[0], rows=rows, title="gates with image spans"))
+ev.notebook.show(ev.viz.gate_heatmap_interactive(gates, "caption", rows=rows), ev.viz.gate_heatmap(gates, "caption"))
 
 # %%
 img = gates[gates["is_image"]]
@@ -71,7 +62,7 @@ gates.groupby(["prompt", "is_image"])["gate"].agg(["count", "mean", "max"])
 # of the sequence or onto an image position (the hasher then reads the pad id there).
 
 # %%
-table = ngram_windows_table(trace, pipe.config, "caption")
+table = ev.ngram_windows_table(trace, pipe.config, "caption")
 span = table.index[table["is_image"]]
 table.iloc[max(span.min() - 3, 0) : span.max() + 6]
 
@@ -82,7 +73,7 @@ table.iloc[max(span.min() - 3, 0) : span.max() + 6]
 # once the n-grams no longer reach into the image, because then both read the same tokens.
 
 # %%
-check = after_image_vs_fresh_start(pipe, " It stretches across the sky.")
+check = ev.after_image_vs_fresh_start(pipe, " It stretches across the sky.")
 display(check)
 assert check["equal_rows"].all(), "the text after an image should hash exactly like a fresh sequence"
 print("all row ids equal: the first token after an image hashes as a sequence start")

@@ -25,12 +25,11 @@
 # %%
 from IPython.display import HTML, display
 
-from engram_viz.apps import notebook as nb
-from engram_viz.apps.widget import PromptComparison
+import engram_viz as ev
 
-nb.setup()
-pipe = nb.load_pipeline()
-cmp = PromptComparison(
+ev.notebook.setup()
+pipe = ev.notebook.load_pipeline()
+cmp = ev.PromptComparison(
     (
         "Only Alexander the Great could tame the horse Bucephalus.",
         "Only Alexander the Small could tame the horse Bucephalus.",
@@ -53,7 +52,7 @@ cmp.set_prompts(
     "The Great Wall of Chile stretches across the northern border.",
 )
 summary = cmp.summaries["diff B-A"]
-print(nb.provenance(pipe))
+print(ev.notebook.provenance(pipe))
 print(summary)
 diff = cmp.difference
 changed = diff[diff["diff"].abs() > 1e-6]
@@ -67,7 +66,7 @@ display(HTML(cmp.panels["diff B-A"]))
 
 # %%
 figs = cmp.figures
-nb.show(nb.stamp(figs["diff B-A"], pipe.model_label), nb.stamp(figs["diff B-A (paper)"], pipe.model_label))
+ev.notebook.show(figs["diff B-A"], figs["diff B-A (paper)"])  # each stamped with the weights that ran
 
 # %% [markdown]
 # ## Layer, stream and the all-gates view

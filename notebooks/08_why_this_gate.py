@@ -28,15 +28,12 @@
 import matplotlib.pyplot as plt
 from IPython.display import display
 
-from engram_viz.analysis.explain.explanation import explain, order_profile
-from engram_viz.apps import notebook as nb
-from engram_viz.run.prompts import load_prompts
-from engram_viz.viz.attribution_plots import attribution_bars, attribution_bars_interactive, order_profile_plot
+import engram_viz as ev
 
-nb.setup()
-pipe = nb.load_pipeline()
-prompts = [p for p in load_prompts() if p.category in ("english_entities", "chinese_entities", "idioms")]
-nb.provenance(pipe)
+ev.notebook.setup()
+pipe = ev.notebook.load_pipeline()
+prompts = [p for p in ev.load_prompts() if p.category in ("english_entities", "chinese_entities", "idioms")]
+ev.notebook.provenance(pipe)
 
 # %% [markdown]
 # ## One position, row by row
@@ -46,7 +43,7 @@ nb.provenance(pipe)
 
 # %%
 text = "Alexander the Great crossed the Mediterranean Sea and took Egypt from the Persians."
-ex = explain(pipe, text)
+ex = ev.explain(pipe, text)
 position = 3  # " Great"
 layer = pipe.layer_ids[-1]
 print(f"position {position}: {ex.pieces[position]!r}")
@@ -58,16 +55,12 @@ ex.position_table(position, layer).round(3)
 
 # %%
 groups = ex.groups_frame()
-fig = attribution_bars(groups, position, layer=layer)
-nb.stamp(fig, pipe.model_label)
-display(fig)
-fig = attribution_bars(groups, position, layer=layer, value="shapley")
-nb.stamp(fig, pipe.model_label)
-display(fig)
+display(ev.viz.attribution_bars(groups, position, layer=layer))  # stamped from the frame's provenance
+display(ev.viz.attribution_bars(groups, position, layer=layer, value="shapley"))
 plt.close("all")
 
 # %%
-attribution_bars_interactive(groups, position, layer=layer)
+ev.viz.attribution_bars_interactive(groups, position, layer=layer)
 
 # %% [markdown]
 # ## Entities vs function words
@@ -77,20 +70,19 @@ attribution_bars_interactive(groups, position, layer=layer)
 # the gate, per class:
 
 # %%
-profile = order_profile(pipe, prompts)
+profile = ev.order_profile(pipe, prompts)
 summary = profile.groupby(["layer", "token_class", "order"])["shapley"].mean().unstack("order")
 summary.round(3)
 
 # %%
 fig, axes = plt.subplots(1, len(pipe.layer_ids), figsize=(4.2 * len(pipe.layer_ids), 2.8), layout="constrained")
 for a, layer_id in zip(axes, pipe.layer_ids):
-    order_profile_plot(profile, layer=layer_id, ax=a)
-nb.stamp(fig, pipe.model_label)
+    ev.viz.order_profile_plot(profile, layer=layer_id, ax=a)
 display(fig)
 
 # %% [markdown]
 # The figure for the README (small PNG):
 
 # %%
-out = nb.figures_dir()
-nb.export_figures({"readme_attribution": fig}, out, ["png"], dpi=80)
+out = ev.notebook.figures_dir()
+ev.notebook.export_figures({"readme_attribution": fig}, out, ["png"], dpi=80)
