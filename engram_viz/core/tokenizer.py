@@ -10,8 +10,9 @@ mismatching entry is rebuilt.
 Many texts at once (:meth:`EngramTokenizer.encode_batch`, the corpus path) go through
 ``fastokens`` when it is installed (``pip install fastokens``, the ``corpus`` extra) and the
 tokenizer file is byte for byte the bundled one: the same ids as ``tokenizers`` (tested on the
-default corpus, every training source and generated Unicode text), about 10x faster on one core,
-returned as one flat buffer. Otherwise, and for single texts, ``tokenizers`` (the reference).
+default corpus, every training source and generated Unicode text), faster on one core
+(``benchmarks/results/corpus_throughput.txt``), returned as one flat buffer. Otherwise, and for
+single texts, ``tokenizers`` (the reference).
 """
 
 from __future__ import annotations

@@ -18,10 +18,10 @@ local cluster (``workers=N``) or of an existing one (``scheduler="tcp://host:878
   so a worker holds only the partitions it merges, never the whole corpus's keys. Partition i
   stays on worker i mod N (a loose restriction: another takes it over when that one is lost).
   The local cluster runs without work stealing: Dask sizes a partition by its in-memory keys
-  only, so it looked cheap to move, and a moved partition travels with its spilled runs read back
-  into memory (2 workers, 100 M random-id tokens, 512 MB limit: worker peaks 2.6-2.9 GiB with
-  stealing, 1.0-1.1 GiB without, as one worker). On a cluster of your own, start the scheduler
-  with ``DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING=False`` for the same bound.
+  only, so it looks cheap to move, and a moved partition travels with its spilled runs read back
+  into memory, which breaks the memory bound (measured in ``benchmarks/results/corpus_scale.txt``).
+  On a cluster of your own, start the scheduler with
+  ``DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING=False`` for the same bound.
 - At the end the partitions, disjoint by key, merge into one ``NgramCounts`` on the client,
   each sent in pieces of ``PIECE_KEYS`` keys (a worker reads a piece from its spilled run), so
   neither side holds a whole partition.

@@ -11,7 +11,8 @@ over the whole output once per column. :func:`reduce_mod` is division-free inste
 :func:`rows_from_windows` works in blocks of ``BLOCK`` positions on contiguous
 ``[n_layers * 24, BLOCK]`` scratch that stays in cache, transposed into the output once. With
 numba installed, inputs of ``COMPILED_MIN`` positions or more go through the compiled kernel of
-``hash_kernel`` instead (the same arithmetic in one pass, about 2-3x faster again).
+``hash_kernel`` instead (the same arithmetic in one pass; speeds in
+``benchmarks/results/corpus_throughput.txt``, from ``benchmarks/corpus_throughput.py``).
 """
 
 from __future__ import annotations
