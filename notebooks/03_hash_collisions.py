@@ -29,20 +29,11 @@
 import pandas as pd
 from IPython.display import display
 
-from engram_viz.analysis.corpus.counting import corpus_sample
-from engram_viz.analysis.corpus.ngram_text import NgramDecoder
-from engram_viz.analysis.row_stats.collisions import CollisionStats
-from engram_viz.analysis.row_stats.trace_ngrams import collision_exposure
-from engram_viz.apps import notebook as nb
-from engram_viz.config import load_config
-from engram_viz.core.layout import EngramLayout
-from engram_viz.core.tokenizer import get_tokenizer
-from engram_viz.run.prompts import PROMPT_SETS, load_prompts
-from engram_viz.viz import collisions_vs_expected, exposure_beside_gates, heads_shared_vs_expected
+import engram_viz as ev
 
-nb.setup()
-v41 = load_config("v41-flash")
-layout = EngramLayout(v41)
+ev.notebook.setup()
+v41 = ev.load_config("v41-flash")
+layout = ev.EngramLayout(v41)
 
 # %% [markdown]
 # ## The layout
@@ -71,17 +62,17 @@ print(f"rows per layer: {dict(zip(layout.layer_ids, map(int, layout.rows_per_lay
 # ## Observed vs expected collisions per head, on a real corpus
 
 # %%
-tok = get_tokenizer(v41)
-corpus, description = corpus_sample(v41, tokenizer=tok)
+tok = ev.get_tokenizer(v41)
+corpus, description = ev.corpus_sample(v41, tokenizer=tok)
 print(description)
 print(f"{corpus.tokens:,} tokens, {corpus.documents:,} documents in {corpus.elapsed_s:.1f} s")
-display(nb.layout_provenance(v41, description))
-collisions = CollisionStats(v41, counts=corpus.counts)
+display(ev.notebook.layout_provenance(v41, description))
+collisions = ev.CollisionStats(v41, counts=corpus.counts)
 columns = collisions.columns()
 columns.groupby(["layer", "order"])[["distinct_ngrams", "shared_buckets", "expected_shared_buckets"]].sum()
 
 # %%
-fig = collisions_vs_expected(columns)
+fig = ev.viz.collisions_vs_expected(columns)
 fig.suptitle(f"V4.1-Flash layout; {description[:90]}", x=0.01, ha="left", fontsize=7)
 fig
 
@@ -94,14 +85,14 @@ fig
 # %%
 heads = collisions.heads_shared()
 display(heads[heads["ngrams"] > 0])
-heads_shared_vs_expected(heads)
+ev.viz.heads_shared_vs_expected(heads)
 
 # %% [markdown]
 # ## Decoded examples
 # The buckets where the most frequent colliding n-grams meet (each id shown as its commonest raw form):
 
 # %%
-decoder = NgramDecoder(tok, corpus.counts.pad_id, corpus.raw_counts)
+decoder = ev.NgramDecoder(tok, corpus.counts.pad_id, corpus.raw_counts)
 collisions.examples(n_examples=2, ngrams_per_bucket=3, tokenizer=decoder).head(24)
 
 # %% [markdown]
@@ -113,17 +104,15 @@ collisions.examples(n_examples=2, ngrams_per_bucket=3, tokenizer=decoder).head(2
 # almost every position (printed below); the V4.1-Flash tables, 16M buckets per column, are not.
 
 # %%
-pipe = nb.load_pipeline()
-trace = pipe.run(load_prompts(PROMPT_SETS["paper"]))
-trace.extras["exposure"] = collision_exposure(trace, pipe.config)
-display(nb.provenance(trace))
-gates = trace.to_frame("gates")
+pipe = ev.notebook.load_pipeline()
+trace = pipe.run(ev.load_prompts(ev.PROMPT_SETS["paper"]))
+gates = ev.gates_with_exposure(trace, pipe.config)
+display(ev.notebook.provenance(gates))
 for pid in ("en_alexander", "zh_great_wall"):
-    display(nb.stamp(exposure_beside_gates(gates, pid), trace.model_label))
-own = CollisionStats(pipe.config, counts=corpus.counts) if pipe.config.name != v41.name else collisions
-with_corpus = collision_exposure(trace, pipe.config, own)
-valid = trace.valid & ~trace.is_image
+    display(ev.viz.exposure_beside_gates(gates, pid))
+own = ev.CollisionStats(pipe.config, counts=corpus.counts) if pipe.config.name != v41.name else collisions
+wide = ev.gates_with_exposure(trace, pipe.config, own)
 print(
-    f"mean exposure, prompt set only: {trace.extras['exposure'][valid].float().mean():.1f}/24; "
-    f"with the corpus sample too: {with_corpus[valid].float().mean():.1f}/24 ({pipe.config.name} layout)"
+    f"mean exposure, prompt set only: {gates.exposure[~gates.is_image].mean():.1f}/24; "
+    f"with the corpus sample too: {wide.exposure[~wide.is_image].mean():.1f}/24 ({pipe.config.name} layout)"
 )

@@ -25,23 +25,16 @@
 # %%
 from IPython.display import display
 
-from engram_viz.analysis.corpus.counting import corpus_sample
-from engram_viz.analysis.corpus.ngram_text import NgramDecoder
-from engram_viz.analysis.row_stats.usage import RowUsage
-from engram_viz.apps import notebook as nb
-from engram_viz.config import load_config
-from engram_viz.core.layout import EngramLayout
-from engram_viz.core.tokenizer import get_tokenizer
-from engram_viz.viz import coverage_per_column, row_rank_frequency, touched_rows_map
+import engram_viz as ev
 
-nb.setup()
-v41 = load_config("v41-flash")
-tok = get_tokenizer(v41)
-corpus, description = corpus_sample(v41, tokenizer=tok)
+ev.notebook.setup()
+v41 = ev.load_config("v41-flash")
+tok = ev.get_tokenizer(v41)
+corpus, description = ev.corpus_sample(v41, tokenizer=tok)
 print(description)
-usage = RowUsage(v41, counts=corpus.counts)
+usage = ev.RowUsage(v41, counts=corpus.counts)
 print(f"{usage.n_positions:,} positions counted")
-nb.layout_provenance(v41, description)
+ev.notebook.layout_provenance(v41, description)
 
 # %% [markdown]
 # ## Coverage per column
@@ -52,7 +45,7 @@ coverage = usage.coverage()
 summary = coverage.groupby("layer")[["hits", "rows_touched", "prime"]].sum()
 summary["coverage"] = summary["rows_touched"] / summary["prime"]
 display(summary)
-coverage_per_column(coverage, log=True)
+ev.viz.coverage_per_column(coverage, log=True)
 
 # %% [markdown]
 # ## Rank-frequency
@@ -60,14 +53,14 @@ coverage_per_column(coverage, log=True)
 # punctuation) take a large share of all reads.
 
 # %%
-row_rank_frequency(usage.rank_frequency())
+ev.viz.row_rank_frequency(usage.rank_frequency())
 
 # %% [markdown]
 # ## Hot rows, decoded
 # The most read rows of each layer and the n-grams that land there:
 
 # %%
-decoder = NgramDecoder(tok, corpus.counts.pad_id, corpus.raw_counts)
+decoder = ev.NgramDecoder(tok, corpus.counts.pad_id, corpus.raw_counts)
 usage.hot_rows(top=8, ngrams_per_row=2, tokenizer=decoder)
 
 # %% [markdown]
@@ -76,4 +69,4 @@ usage.hot_rows(top=8, ngrams_per_row=2, tokenizer=decoder)
 # of rows touched in each bin. A good hash spreads the reads evenly over the address space.
 
 # %%
-touched_rows_map(usage, EngramLayout(v41))
+ev.viz.touched_rows_map(usage, ev.EngramLayout(v41))

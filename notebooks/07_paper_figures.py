@@ -30,54 +30,31 @@ import json
 
 from IPython.display import Image, display
 
-from engram_viz.analysis.corpus.counting import corpus_sample
-from engram_viz.analysis.row_stats.collisions import CollisionStats
-from engram_viz.analysis.row_stats.trace_ngrams import collision_exposure
-from engram_viz.analysis.row_stats.usage import RowUsage
-from engram_viz.apps import notebook as nb
-from engram_viz.apps.widget import PromptComparison
-from engram_viz.config import load_config
-from engram_viz.core.layout import EngramLayout
-from engram_viz.run.prompts import PROMPT_SETS, load_prompts
-from engram_viz.viz import (
-    collisions_vs_expected,
-    coverage_per_column,
-    exposure_beside_gates,
-    gate_difference_heatmap,
-    gate_difference_interactive,
-    gate_distributions,
-    gate_heatmap,
-    gate_heatmap_interactive,
-    heads_shared_vs_expected,
-    row_rank_frequency,
-    token_text_figure,
-    token_view,
-    touched_rows_map,
-)
+import engram_viz as ev
 
-nb.setup()
-out = nb.figures_dir()
+ev.notebook.setup()
+out = ev.notebook.figures_dir()
 paper = out / "paper"
-pipe = nb.load_pipeline()
+pipe = ev.notebook.load_pipeline()
 print(f"writing to {out}")
-nb.provenance(pipe)
+ev.notebook.provenance(pipe)
 
 # %% [markdown]
 # ## The data: the prompt set, a corpus sample and a prompt pair
 
 # %%
-trace = pipe.run(load_prompts(PROMPT_SETS["paper"]), names=["engram.*.dot"])
+trace = pipe.run(ev.load_prompts(ev.PROMPT_SETS["paper"]), names=["engram.*.dot"])
 label = trace.model_label
-v41 = load_config("v41-flash")
-corpus, description = corpus_sample(v41)
+v41 = ev.load_config("v41-flash")
+corpus, description = ev.corpus_sample(v41)
 print(description)
-collisions = CollisionStats(v41, counts=corpus.counts)
-usage = RowUsage(v41, counts=corpus.counts)
-own = CollisionStats(pipe.config, counts=corpus.counts) if pipe.config.name != v41.name else collisions
-trace.extras["exposure"] = collision_exposure(trace, pipe.config, own)
-gates = trace.to_frame("gates")
+layout = ev.layout_provenance(v41, description)  # hash figures are exact for the layout: no weights
+collisions = ev.CollisionStats(v41, counts=corpus.counts)
+usage = ev.RowUsage(v41, counts=corpus.counts)
+own = ev.CollisionStats(pipe.config, counts=corpus.counts) if pipe.config.name != v41.name else collisions
+gates = ev.gates_with_exposure(trace, pipe.config, own)  # frames carry the weights that ran
 rows = trace.to_frame("rows")
-cmp = PromptComparison(
+cmp = ev.PromptComparison(
     (
         "The Great Wall of China stretches across the northern border.",
         "The Great Wall of Chile stretches across the northern border.",
@@ -92,29 +69,25 @@ diff = cmp.difference[cmp.difference["compare"] == "B-A"]
 # %%
 en, zh = ["en_alexander", "en_milky_way", "en_princess_wales"], ["zh_four_inventions", "zh_zhang_zhongjing"]
 last = trace.layer_ids[-1]
-figures = {
-    "tokens_english": token_text_figure(gates, en, layer=last, title=f"English, layer {last}"),
-    "tokens_chinese": token_text_figure(gates, zh, layer=last, title=f"Chinese, layer {last}"),
-    "tokens_view": token_view(gates, en + zh, layer=last, rows=rows, title="gates, mean of streams"),
-    "gate_heatmap": gate_heatmap(gates, "en_alexander"),
-    "gate_heatmap_dark": gate_heatmap(gates, "zh_four_inventions", theme="dark"),
-    "gate_distributions": gate_distributions(gates, by="category"),
-    "exposure_beside_gates": exposure_beside_gates(gates, "en_alexander"),
-    "collisions_vs_expected": collisions_vs_expected(collisions.columns()),
-    "heads_shared": heads_shared_vs_expected(collisions.heads_shared()),
-    "coverage_per_column": coverage_per_column(usage.coverage(), log=True),
-    "row_rank_frequency": row_rank_frequency(usage.rank_frequency()),
-    "touched_rows_map": touched_rows_map(usage, EngramLayout(v41)),
-    "gate_difference": gate_difference_heatmap(diff),
-    "gate_heatmap_interactive": gate_heatmap_interactive(gates, "en_alexander", rows=rows),
-    "gate_difference_interactive": gate_difference_interactive(diff),
+v = ev.viz
+figures = {  # every figure stamps the provenance of the frame it draws
+    "tokens_english": v.token_text_figure(gates, en, layer=last, title=f"English, layer {last}"),
+    "tokens_chinese": v.token_text_figure(gates, zh, layer=last, title=f"Chinese, layer {last}"),
+    "tokens_view": v.token_view(gates, en + zh, layer=last, rows=rows, title="gates, mean of streams"),
+    "gate_heatmap": v.gate_heatmap(gates, "en_alexander"),
+    "gate_heatmap_dark": v.gate_heatmap(gates, "zh_four_inventions", theme="dark"),
+    "gate_distributions": v.gate_distributions(gates, by="category"),
+    "exposure_beside_gates": v.exposure_beside_gates(gates, "en_alexander"),
+    "collisions_vs_expected": v.collisions_vs_expected(layout.tag(collisions.columns())),
+    "heads_shared": v.heads_shared_vs_expected(layout.tag(collisions.heads_shared())),
+    "coverage_per_column": v.coverage_per_column(layout.tag(usage.coverage()), log=True),
+    "row_rank_frequency": v.row_rank_frequency(layout.tag(usage.rank_frequency())),
+    "touched_rows_map": v.touched_rows_map(usage, ev.EngramLayout(v41)),
+    "gate_difference": v.gate_difference_heatmap(diff),
+    "gate_heatmap_interactive": v.gate_heatmap_interactive(gates, "en_alexander", rows=rows),
+    "gate_difference_interactive": v.gate_difference_interactive(diff),
 }
-gate_figures = {"tokens_english", "tokens_chinese", "tokens_view", "gate_heatmap", "gate_heatmap_dark",
-                "gate_distributions", "exposure_beside_gates", "gate_difference", "gate_heatmap_interactive",
-                "gate_difference_interactive"}  # fmt: skip
-for name, fig in figures.items():  # gates need weights: say which; hash figures are layout-exact
-    nb.stamp(fig, label if name in gate_figures else f"DeepSeek-V4.1-Flash layout (exact, no weights); {description}")
-files = nb.export_figures(figures, paper)
+files = ev.notebook.export_figures(figures, paper)
 files.pivot_table(index="figure", columns="format", values="bytes", aggfunc="sum")
 
 # %%
@@ -128,14 +101,12 @@ bad
 
 # %%
 readme = {
-    "readme_tokens": token_text_figure(gates, en[:2] + zh[:1], layer=last, title=f"Gate per token, layer {last}"),
-    "readme_gate_heatmap": gate_heatmap(gates, "en_alexander"),
-    "readme_collisions": collisions_vs_expected(collisions.columns()),
-    "readme_difference": gate_difference_heatmap(diff, width=6.0, title="gate B - gate A: 'China' -> 'Chile'"),
+    "readme_tokens": v.token_text_figure(gates, en[:2] + zh[:1], layer=last, title=f"Gate per token, layer {last}"),
+    "readme_gate_heatmap": v.gate_heatmap(gates, "en_alexander"),
+    "readme_collisions": v.collisions_vs_expected(ev.layout_provenance(v41).tag(collisions.columns())),
+    "readme_difference": v.gate_difference_heatmap(diff, width=6.0, title="gate B - gate A: 'China' -> 'Chile'"),
 }
-for name, fig in readme.items():
-    nb.stamp(fig, label if name != "readme_collisions" else "DeepSeek-V4.1-Flash layout (exact, no weights)")
-readme_files = nb.export_figures(readme, out, ["png"], dpi=110)
+readme_files = ev.notebook.export_figures(readme, out, ["png"], dpi=110)
 for p in readme_files["path"]:
     print(p)
 (out / "paper" / "provenance.json").write_text(

@@ -28,22 +28,12 @@
 import matplotlib.pyplot as plt
 from IPython.display import display
 
-from engram_viz.analysis.corpus.counting import corpus_sample
-from engram_viz.analysis.corpus.ngram_text import NgramDecoder
-from engram_viz.analysis.edits.localisation import ENTITY_PROMPT, localise_entities
-from engram_viz.analysis.edits.row_lens import position_lens, row_lens
-from engram_viz.analysis.edits.shared_rows import collateral_ngrams, collateral_reads, collision_interference
-from engram_viz.analysis.row_stats.collisions import CollisionStats
-from engram_viz.analysis.row_stats.row_index import RowIndex
-from engram_viz.apps import notebook as nb
-from engram_viz.run.prompts import load_prompts
-from engram_viz.viz import heads_shared_vs_expected
-from engram_viz.viz.edit_plots import gate_change_vs_colliding_heads, loss_change_by_token
+import engram_viz as ev
 
-nb.setup()
-pipe = nb.load_pipeline()
-print(nb.provenance(pipe))
-texts = [p.text for p in load_prompts() if p.text and "<image" not in p.text]  # the shipped prompt set
+ev.notebook.setup()
+pipe = ev.notebook.load_pipeline()
+print(ev.notebook.provenance(pipe))
+texts = [p.text for p in ev.load_prompts() if p.text and "<image" not in p.text]  # the shipped prompt set
 
 # %% [markdown]
 # ## Knock out one entity's memory
@@ -60,7 +50,7 @@ candidates = [
     ("After the war the United States and Great Britain met.", "United States"),
 ]
 others = [t for t in texts if not any(e in t for _, e in candidates)][:6]
-summary, runs = localise_entities(pipe, candidates, others)
+summary, runs = ev.localise_entities(pipe, candidates, others)
 summary.round(3)
 
 # %% [markdown]
@@ -81,7 +71,7 @@ loc.entity.ngrams.groupby(["layer", "order", "ngram"]).agg(rows=("row", "nunique
 
 # %%
 pos = loc.effect.positions
-pos[pos["prompt"] == ENTITY_PROMPT][
+pos[pos["prompt"] == ev.ENTITY_PROMPT][
     ["position", "token", "layer", "edited_slots", "touched", "gate", "gate_edited", "d_gate_max", "value_change"]
 ].round(4)
 
@@ -93,10 +83,10 @@ pos[pos["prompt"] == ENTITY_PROMPT][
 
 # %%
 first = loc.entity.ngrams.sort_values(["order", "layer"], ascending=[False, True]).iloc[0]
-lens = row_lens(pipe, int(first["layer"]), int(first["row"]))
+lens = ev.row_lens(pipe, int(first["layer"]), int(first["row"]))
 print(f"row {lens.row} of layer {lens.layer}: {lens.owner}; read for {first['ngram']!r}")
 display(lens.promoted.head(8).assign(suppressed=lens.suppressed["token"].head(8).to_numpy()))
-plens = position_lens(pipe, loc.entity.text, loc.entity.end - 1, int(first["layer"]))
+plens = ev.position_lens(pipe, loc.entity.text, loc.entity.end - 1, int(first["layer"]))
 print(f"position {plens.position} ({plens.token!r}), gate {plens.gate:.3f}")
 display(plens.promoted.head(8).assign(suppressed=plens.suppressed["token"].head(8).to_numpy()))
 plens.rows.groupby("order")[["value_norm", "value_share"]].sum().round(3)
@@ -108,11 +98,11 @@ plens.rows.groupby("order")[["value_norm", "value_share"]].sum().round(3)
 # like any file); every corpus n-gram in the edited rows moves with the edit.
 
 # %%
-corpus, description = corpus_sample(pipe.config, tokens_per_file=1500, tokenizer=pipe.tokenizer)
+corpus, description = ev.corpus_sample(pipe.config, tokens_per_file=1500, tokenizer=pipe.tokenizer)
 print(description, f"({corpus.tokens:,} tokens)")
-index = RowIndex.build(corpus.counts, max_per_row=8)
-decoder = NgramDecoder(pipe.tokenizer, corpus.counts.pad_id)
-shared = collateral_ngrams(index, loc.entity.rows, decoder)
+index = ev.RowIndex.build(corpus.counts, max_per_row=8)
+decoder = ev.NgramDecoder(pipe.tokenizer, corpus.counts.pad_id)
+shared = ev.collateral_ngrams(index, loc.entity.rows, decoder)
 print(f"{len(shared)} corpus n-grams share the {sum(len(r) for r in loc.entity.rows.values())} edited rows")
 shared.sort_values("count", ascending=False).head(12)
 
@@ -120,7 +110,7 @@ shared.sort_values("count", ascending=False).head(12)
 # And in the texts we ran: edited rows read by n-grams that are not the entity's own.
 
 # %%
-collateral_reads(loc.effect, loc.entity.ngrams, ENTITY_PROMPT).round(4)
+ev.collateral_reads(loc.effect, loc.entity.ngrams, ev.ENTITY_PROMPT).round(4)
 
 # %% [markdown]
 # ## Collision interference
@@ -129,11 +119,10 @@ collateral_reads(loc.effect, loc.entity.ngrams, ENTITY_PROMPT).round(4)
 # the corpus sample. How often do all 8 heads of an order collide, against a uniform hash?
 
 # %%
-heads, orders = collision_interference(pipe, [loc.entity.text, *others[:3]], index)
+heads, orders = ev.collision_interference(pipe, [loc.entity.text, *others[:3]], index)
 print(heads.groupby("collision")[["d_gate", "d_value"]].mean().round(4))
-heads_shared = CollisionStats(pipe.config, counts=corpus.counts).heads_shared()
-fig = heads_shared_vs_expected(heads_shared)
-nb.stamp(fig, f"{pipe.config.name} layout; {description}")
+heads_shared = ev.CollisionStats(pipe.config, counts=corpus.counts).heads_shared()
+ev.viz.heads_shared_vs_expected(ev.layout_provenance(pipe.config, description).tag(heads_shared))
 
 # %% [markdown]
 # ## The figure
@@ -142,10 +131,9 @@ nb.stamp(fig, f"{pipe.config.name} layout; {description}")
 
 # %%
 fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.2), width_ratios=[1.7, 1], layout="constrained")
-loss_change_by_token(loc.loss, ENTITY_PROMPT, highlight=loc.entity.continuation, ax=a,
+ev.viz.loss_change_by_token(loc.loss, ev.ENTITY_PROMPT, highlight=loc.entity.continuation, ax=a,
                      title=f"ablate the rows of {entity!r}")  # fmt: skip
-gate_change_vs_colliding_heads(orders, ax=b)
-nb.stamp(fig, pipe.model_label)
-out = nb.figures_dir()
-files = nb.export_figures({"readme_edit": fig}, out, ["png"], dpi=90)
+ev.viz.gate_change_vs_colliding_heads(orders, ax=b)  # both frames carry the weights: the figure is stamped
+out = ev.notebook.figures_dir()
+files = ev.notebook.export_figures({"readme_edit": fig}, out, ["png"], dpi=90)
 files
