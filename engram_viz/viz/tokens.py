@@ -6,7 +6,6 @@ matplotlib figure (``token_figure``) as a PNG fallback. Both draw the cells of `
 
 from __future__ import annotations
 
-import html
 import io
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,49 +17,26 @@ from matplotlib.colors import Normalize, to_hex
 from matplotlib.figure import Figure
 
 from engram_viz.viz.frames import pick_prompts
+from engram_viz.viz.html_templates import render
 from engram_viz.viz.stamps import stamp
-from engram_viz.viz.style import HTML_FONT_STACK, Theme, get_theme, paper_rc, text_color_on
+from engram_viz.viz.style import Theme, get_theme, paper_rc, text_color_on
 from engram_viz.viz.token_chips import TokenCell, stream_label, token_cells, view_setup
 from engram_viz.viz.token_figure import token_text_figure
 
 
-def _legend_html(t: Theme, vmin: float, vmax: float, label: str) -> str:
-    stops = ", ".join(to_hex(t.token_cmap(x)) for x in np.linspace(0, 1, 11))
-    bar = (
-        f'<span style="display:inline-block;width:160px;height:10px;vertical-align:middle;border-radius:2px;'
-        f'background:linear-gradient(to right, {stops})"></span>'
-    )
-    chip = (
-        f'<span style="display:inline-block;padding:0 4px;margin-left:12px;background:{t.image};'
-        f'color:{t.muted};font-style:italic">[image]</span> masked, gate 0'
-    )
-    return (
-        f'<div style="margin-top:10px;font-size:12px;color:{t.muted}">{html.escape(label)}: '
-        f"{vmin:g} {bar} {vmax:g}{chip}</div>"
-    )
-
-
-def _cells_html(cells: Sequence[TokenCell], t: Theme, norm: Normalize, fontsize: float) -> str:
-    parts = []
+def _cell_rows(cells: Sequence[TokenCell], t: Theme, norm: Normalize) -> list[tuple]:
+    """Per cell: (tooltip, background, text colour, extra CSS, text, line break after it)."""
     values = np.array([0.0 if c.is_image else c.value for c in cells], dtype=float)
     colours = t.token_cmap(norm(values)) if len(cells) else []  # one colour-map call for all cells
+    out = []
     for c, rgba in zip(cells, colours):
         if c.is_image:
             face, ink, extra = t.image, t.muted, "font-style:italic;"
         else:
             rgba = tuple(float(x) for x in rgba)
             face, ink, extra = to_hex(rgba), text_color_on(rgba), ""
-        parts.append(
-            f'<span class="ev-tok" title="{html.escape(c.tooltip, quote=True)}" style="background:{face};'
-            f'color:{ink};{extra}padding:0.15em 0.08em;margin-right:1px;border-radius:2px">'
-            f"{html.escape(c.text)}</span>"
-        )
-        if c.line_break:
-            parts.append("<br>")
-    return (
-        f'<div style="white-space:pre-wrap;word-break:break-word;line-height:2.0;font-size:{fontsize}px;'
-        f'font-family:{html.escape(HTML_FONT_STACK, quote=True)}">' + "".join(parts) + "</div>"
-    )
+        out.append((c.tooltip, face, ink, extra, c.text, c.line_break))
+    return out
 
 
 def token_html(
@@ -91,32 +67,27 @@ def token_html(
     chosen, layer = view_setup(gates, prompts, layer)
     t = get_theme(theme)
     norm = Normalize(vmin, vmax)
-    blocks = []
-    for prompt in chosen:
-        cells = token_cells(gates, prompt, layer, stream, rows, attribution)
-        label = f"{prompt} \u00b7 layer {layer} \u00b7 {stream_label(stream)}"
-        blocks.append(
-            f'<section style="margin:0 0 16px 0"><div style="font-size:12px;color:{t.muted};'
-            f'margin-bottom:2px">{html.escape(str(label))}</div>{_cells_html(cells, t, norm, fontsize)}'
-            "</section>"
+    blocks = [
+        (
+            f"{prompt} \u00b7 layer {layer} \u00b7 {stream_label(stream)}",
+            _cell_rows(token_cells(gates, prompt, layer, stream, rows, attribution), t, norm),
         )
-    heading = f'<h2 style="font-size:16px;margin:0 0 12px 0">{html.escape(title)}</h2>' if title else ""
-    body = (
-        f'<div class="ev-tokens ev-{t.name}" style="background:{t.background};color:{t.foreground};'
-        f'padding:14px 16px;font-family:{html.escape(HTML_FONT_STACK, quote=True)}">{heading}'
-        + "".join(blocks)
-        + _legend_html(t, vmin, vmax, f"gate ({stream_label(stream)}, layer {layer})")
-        + "</div>"
+        for prompt in chosen
+    ]
+    body = render(
+        "tokens.html.j2",
+        t=t,
+        title=title or "",
+        blocks=blocks,
+        fontsize=fontsize,
+        legend=f"gate ({stream_label(stream)}, layer {layer})",
+        vmin=f"{vmin:g}",
+        vmax=f"{vmax:g}",
+        stops=[to_hex(t.token_cmap(x)) for x in np.linspace(0, 1, 11)],
     )
     if not full_page:
-        return body
-    doc_title = html.escape(title or "engram-viz: token gates")
-    return (
-        '<!DOCTYPE html>\n<html lang="und">\n<head>\n<meta charset="utf-8">\n'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f"<title>{doc_title}</title>\n<style>body{{margin:0;background:{t.background}}}"
-        f".ev-tok:hover{{outline:1px solid {t.foreground}}}</style>\n</head>\n<body>\n{body}\n</body>\n</html>\n"
-    )
+        return str(body)
+    return str(render("tokens_page.html.j2", t=t, title=title or "engram-viz: token gates", body=body))
 
 
 @dataclass
