@@ -16,7 +16,7 @@ import pytest
 from engram_viz.analysis.corpus import dask_counting
 from engram_viz.analysis.corpus.counting import count_corpus
 from engram_viz.analysis.corpus.dask_counting import count_corpus_dask, dask_client
-from engram_viz.analysis.corpus.documents import CorpusError
+from engram_viz.analysis.corpus.documents import CorpusError, DocumentSpec
 from engram_viz.apps.corpus_job import run_corpus
 
 pytest.importorskip("dask.distributed")
@@ -45,11 +45,10 @@ def corpus_files(tmp_path_factory) -> list[Path]:
 
 
 def test_two_workers_count_exactly_one_process(corpus_files, v41_config, tokenizer):
-    one = count_corpus(corpus_files, v41_config, tokenizer, batch_chars=2000, max_doc_chars=100, progress=False)
+    spec = DocumentSpec(batch_chars=2000, max_doc_chars=100)
+    one = count_corpus(corpus_files, v41_config, tokenizer, spec=spec, progress=False)
     with dask_client(workers=2, processes=False) as client:
-        two = count_corpus_dask(
-            client, corpus_files, v41_config, tokenizer, batch_chars=2000, max_doc_chars=100, progress=False
-        )
+        two = count_corpus_dask(client, corpus_files, v41_config, tokenizer, spec=spec, progress=False)
     assert two.counts == one.counts  # every key and count, every order, and the position totals
     assert np.array_equal(two.raw_counts, one.raw_counts)
     assert (two.tokens, two.documents, two.files) == (one.tokens, one.documents, one.files)
@@ -66,10 +65,9 @@ def test_partitions_reach_the_client_in_pieces(corpus_files, v41_config, tokeniz
     """Partitions of many more keys than a piece, spilled on the workers: still exactly one process's counts."""
     one = count_corpus(corpus_files, v41_config, tokenizer, progress=False)
     monkeypatch.setattr(dask_counting, "PIECE_KEYS", 3)
+    spec = DocumentSpec(batch_chars=2000)
     with dask_client(workers=2, processes=False) as client:
-        two = count_corpus_dask(
-            client, corpus_files, v41_config, tokenizer, batch_chars=2000, progress=False, memory_limit=4000
-        )
+        two = count_corpus_dask(client, corpus_files, v41_config, tokenizer, spec, progress=False, memory_limit=4000)
     assert min(one.counts.n_distinct(n) for n in v41_config.ngram_orders) > 3 * 3 * 4  # > 3 pieces a group
     assert two.counts == one.counts
 
@@ -116,7 +114,7 @@ def test_tiny_memory_limit_spills_and_gives_identical_tables(corpus_files, v41_c
 
 
 def test_killed_worker_is_rerun_and_counts_stay_exact(corpus_files, v41_config, tokenizer):
-    kw = {"batch_chars": 400, "max_doc_chars": 100, "progress": False}
+    kw = {"spec": DocumentSpec(batch_chars=400, max_doc_chars=100), "progress": False}
     one = count_corpus(corpus_files, v41_config, tokenizer, **kw)
     import dask
 
@@ -165,7 +163,7 @@ def test_gzipped_files_travel_as_spans_of_a_decompressed_copy(
     spool.mkdir()
     with dask_client(workers=2, processes=False) as client:
         two = count_corpus_dask(
-            client, corpus_files, v41_config, tokenizer, batch_chars=2000, progress=False, spool_dir=spool
+            client, corpus_files, v41_config, tokenizer, DocumentSpec(batch_chars=2000), progress=False, spool_dir=spool
         )
     assert two.counts == one.counts and two.files == one.files
     gz = corpus_files[1]

@@ -1,9 +1,9 @@
 """Counting a corpus: files -> documents -> tokens -> n-gram windows -> :class:`NgramCounts`.
 
-Each document is one sequence: its first token (BOS when ``bos``, the default) starts a
+Each document is one sequence: its first token (BOS when ``DocumentSpec.bos``, the default) starts a
 sequence, so no n-gram reaches across documents - the hash's sequence-start blocking. A document
 cut into pieces (``documents.iter_documents``) stays one sequence: the hash window carries across
-the cut; only a token spanning the cut may differ. Memory: one batch of about ``batch_chars``
+the cut; only a token spanning the cut may differ. Memory: one batch of about ``spec.batch_chars``
 characters at a time, plus 16 bytes per distinct n-gram (and order).
 
 :func:`corpus_sample` is the capped sample the notebooks count: the first
@@ -24,7 +24,7 @@ import numpy as np
 from engram_viz import settings
 from engram_viz._progress import progress_bar
 from engram_viz.analysis.corpus.default_corpus import default_corpus_files, default_corpus_sources
-from engram_viz.analysis.corpus.documents import CorpusError, is_jsonl, iter_documents
+from engram_viz.analysis.corpus.documents import CorpusError, DocumentSpec, is_jsonl, iter_documents
 from engram_viz.analysis.corpus.ngram_counts import NgramCounts
 from engram_viz.analysis.corpus.windows import StreamWindows
 from engram_viz.config import EngramConfig, load_config
@@ -88,21 +88,17 @@ def file_record(path: Path) -> dict:
 class _Counter:
     """The counting loop of :func:`count_corpus`: batches of document pieces into ``stats``."""
 
-    def __init__(self, stats: CorpusStats, stream: StreamWindows, tok: Any, bos: bool, max_tokens: int | None, bar):
-        self.stats, self.stream, self.tok, self.bos, self.max_tokens, self.bar = (
-            stats,
-            stream,
-            tok,
-            bos,
-            max_tokens,
-            bar,
-        )
+    def __init__(
+        self, stats: CorpusStats, stream: StreamWindows, tok: Any, spec: DocumentSpec, max_tokens: int | None, bar
+    ):
+        self.stats, self.stream, self.tok, self.spec, self.bar = stats, stream, tok, spec, bar
+        self.max_tokens = max_tokens
 
     def flush(self, texts: list[str], continues: list[bool], record: dict) -> bool:
         """Tokenize and count one batch; False once max_tokens is reached."""
         if not texts:
             return True
-        ids, st = _encode(self.tok, texts, continues, self.bos)
+        ids, st = _encode(self.tok, texts, continues, self.spec.bos)
         if not len(ids):
             return True
         stats, done = self.stats, False
@@ -116,14 +112,15 @@ class _Counter:
         self.bar.update(len(ids))
         return not done
 
-    def file(self, path: Path, text_field: str, doc_mode: str, max_doc_chars: int, batch_chars: int) -> bool:
+    def file(self, path: Path) -> bool:
         """Count one file; False once max_tokens is reached."""
+        spec = self.spec
         record = file_record(path)
         self.stats.files.append(record)
         self.bar.set_postfix_str(path.name)
         texts, continues, size = [], [], 0
         first = True
-        for text, cont in iter_documents(path, text_field, doc_mode, max_doc_chars):
+        for text, cont in iter_documents(path, spec.text_field, spec.doc_mode, spec.max_doc_chars):
             cont = cont and not first  # a file always starts a sequence
             first = False
             texts.append(text)
@@ -132,7 +129,7 @@ class _Counter:
             if not cont:
                 record["documents"] += 1
                 self.stats.documents += 1
-            if size >= batch_chars:
+            if size >= spec.batch_chars:
                 if not self.flush(texts, continues, record):
                     return False
                 texts, continues, size = [], [], 0
@@ -157,18 +154,16 @@ def count_corpus(
     config: EngramConfig | str | None = None,
     tokenizer=None,
     max_tokens: int | None = None,
-    text_field: str = "text",
-    doc_mode: str = "paragraph",
-    bos: bool = True,
-    batch_chars: int = 1 << 22,
-    max_doc_chars: int = 1 << 16,
+    spec: DocumentSpec | None = None,
     progress: bool = True,
     counts: NgramCounts | None = None,
 ) -> CorpusStats:
     """Stream ``files`` into an :class:`NgramCounts` (documents as in the module docstring) under
     ``config`` (default: the default weights', ``weights.resolve.weights_config``, so the
-    row ids are the ones its runs show). Memory: one batch of about ``batch_chars`` characters at
-    a time, plus the counts."""
+    row ids are the ones its runs show); ``spec``: how files become documents (default
+    ``DocumentSpec()``). Memory: one batch of about ``spec.batch_chars`` characters at a time, plus
+    the counts."""
+    spec = spec or DocumentSpec()
     cfg = load_config(weights_config() if config is None else config)
     tok = tokenizer if tokenizer is not None else get_tokenizer(cfg)
     files = checked_files(files, max_tokens)
@@ -178,10 +173,10 @@ def count_corpus(
     t0 = time.perf_counter()
     bar = progress_bar(total=max_tokens, unit="tok", unit_scale=True, disable=not progress, desc="corpus")
     try:
-        counter = _Counter(stats, stream, tok, bos, max_tokens, bar)
+        counter = _Counter(stats, stream, tok, spec, max_tokens, bar)
         going = True
         for path in files:
-            going = counter.file(path, text_field, doc_mode, max_doc_chars, batch_chars)
+            going = counter.file(path)
             if not going:
                 break
         stats.truncated = not going  # stopped at max_tokens (the input may have ended there too)
@@ -213,7 +208,7 @@ def corpus_sample(
         desc = f"FALLBACK corpus (the shipped prompt set): the default corpus is not installed ({err})"
     counts, stats = None, None
     for f in files:
-        st = count_corpus([f], cfg, tok, max_tokens=cap, batch_chars=1 << 17, progress=False, counts=counts)
+        st = count_corpus([f], cfg, tok, cap, DocumentSpec(batch_chars=1 << 17), progress=False, counts=counts)
         counts = st.counts
         if stats is None:
             stats = st

@@ -4,7 +4,7 @@
 of ``count_corpus`` (same counts, raw counts, per-file records), spread over the workers of a
 local cluster (``workers=N``) or of an existing one (``scheduler="tcp://host:8786"``):
 
-- The client cuts each file into batches of whole documents (about ``batch_chars`` bytes, cut
+- The client cuts each file into batches of whole documents (about ``DocumentSpec.batch_chars`` bytes, cut
   only where a document starts, so no hash window crosses a batch: ``documents.document_spans``)
   and submits each batch as a task that names its bytes, not their text: read, tokenize, cut
   windows, count (``corpus_counts.count_batch``). So the workers must see the files at the same
@@ -49,7 +49,14 @@ import numpy as np
 
 from engram_viz._progress import progress_bar
 from engram_viz.analysis.corpus.counting import CorpusStats, count_batch, file_record
-from engram_viz.analysis.corpus.documents import CorpusError, Span, document_spans, is_gzip, iter_span_documents
+from engram_viz.analysis.corpus.documents import (
+    CorpusError,
+    DocumentSpec,
+    Span,
+    document_spans,
+    is_gzip,
+    iter_span_documents,
+)
 from engram_viz.analysis.corpus.ngram_counts import NgramCounts
 from engram_viz.config import EngramConfig
 
@@ -90,21 +97,21 @@ def checked_workers(workers: Any) -> int:
     return workers
 
 
-def _spans(files: list[Path], doc_mode: str, batch_chars: int, spool: Path | None) -> Iterator[tuple[int, Span]]:
-    """``(file index, span)`` in order: byte spans of whole documents of about ``batch_chars`` bytes;
+def _spans(files: list[Path], spec: DocumentSpec, spool: Path | None) -> Iterator[tuple[int, Span]]:
+    """``(file index, span)`` in order: byte spans of whole documents of about ``spec.batch_chars`` bytes;
     a gzipped file's spans are of its decompressed copy in ``spool``, written as they are cut."""
     for fi, path in enumerate(files):
         copy = spool / f"{fi:06d}-{path.name[:-3]}" if is_gzip(path) else None
-        yield from ((fi, span) for span in document_spans(path.absolute(), doc_mode, batch_chars, copy))
+        yield from ((fi, span) for span in document_spans(path.absolute(), spec.doc_mode, spec.batch_chars, copy))
 
 
-def _task(span: Span, doc_args, config, tok, bos, partitions):
+def _task(span: Span, spec: DocumentSpec, config, tok, partitions):
     """On a worker: read and count one span, split its counts into ``partitions`` shares."""
     texts, continues = [], []
-    for text, cont in iter_span_documents(span, *doc_args):
+    for text, cont in iter_span_documents(span, spec.text_field, spec.doc_mode, spec.max_doc_chars):
         texts.append(text)
         continues.append(cont)
-    counts, raw, tokens = count_batch(texts, continues, config, tok, bos)
+    counts, raw, tokens = count_batch(texts, continues, config, tok, spec.bos)
     return counts.split(partitions), raw, tokens, continues.count(False)
 
 
@@ -171,11 +178,7 @@ def count_corpus_dask(
     files: list[Path],
     cfg: EngramConfig,
     tok: Any,
-    text_field: str = "text",
-    doc_mode: str = "paragraph",
-    bos: bool = True,
-    batch_chars: int = 1 << 22,
-    max_doc_chars: int = 1 << 16,
+    spec: DocumentSpec | None = None,
     partitions: int | None = None,
     progress: bool = True,
     memory_limit: int | None = None,
@@ -183,7 +186,8 @@ def count_corpus_dask(
     spool_dir: str | Path | None = None,
     spool_prefix: str = "engram-spool-",
 ) -> CorpusStats:
-    """``count_corpus`` on the cluster behind ``client`` (see the module docstring). ``memory_limit``
+    """``count_corpus`` on the cluster behind ``client`` (see the module docstring), the documents
+    as ``spec`` says (default ``DocumentSpec()``; a task counts ``spec.batch_chars`` bytes). ``memory_limit``
     (bytes): each worker's budget for the keys of its partitions, split evenly among them; past
     it a partition spills sorted runs to disk. ``counts``: the client's accumulator for the merged
     partitions (e.g. one with its own memory limit); a fresh in-memory one by default.
@@ -191,6 +195,7 @@ def count_corpus_dask(
     holds the decompressed copies of gzipped files while the count runs; removed at the end."""
     from dask.distributed import wait
 
+    spec = spec or DocumentSpec()
     addresses = sorted(client.scheduler_info().get("workers", {}))
     n_workers = max(1, len(addresses))
     parts = partitions or 2 * n_workers
@@ -214,13 +219,12 @@ def count_corpus_dask(
         documents += docs
         bar.update(n)
 
-    doc_args = (text_field, doc_mode, max_doc_chars)
     gzipped = any(map(is_gzip, files))
     spool = tempfile.TemporaryDirectory(suffix=".tmp", prefix=spool_prefix, dir=spool_dir) if gzipped else None
     try:
-        for fi, span in _spans(files, doc_mode, batch_chars, Path(spool.name).absolute() if spool else None):
+        for fi, span in _spans(files, spec, Path(spool.name).absolute() if spool else None):
             bar.set_postfix_str(files[fi].name)
-            fut = client.submit(_task, span, doc_args, cfg, tok_f, bos, parts, pure=False, retries=RETRIES)
+            fut = client.submit(_task, span, spec, cfg, tok_f, parts, pure=False, retries=RETRIES)
             for i in range(parts):
                 share = client.submit(_share, fut, i, pure=False, retries=RETRIES)
                 home = [addresses[i % len(addresses)]] if addresses else None  # a partition stays on its worker

@@ -5,7 +5,8 @@ Plain text (``.txt``, or anything not JSONL; ``.gz`` is read transparently):
 ``'line'`` every non-blank line, ``'file'`` the whole file. JSONL (``.jsonl``, ``.ndjson``,
 also ``.gz``): one document per line, its ``text_field`` (``text``). A document longer than
 ``max_doc_chars`` is cut at line ends into pieces (``continues`` True for the later ones). Text is
-decoded as UTF-8 with invalid bytes replaced by U+FFFD.
+decoded as UTF-8 with invalid bytes replaced by U+FFFD. :class:`DocumentSpec` holds these options,
+and how the documents are counted (BOS, batch size), as one value the counting functions take.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import io
 import json
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
@@ -23,6 +25,18 @@ from engram_viz.errors import EngramVizError
 
 DOC_MODES = ("paragraph", "line", "file")
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
+
+
+@dataclass(frozen=True)
+class DocumentSpec:
+    """How corpus files become counted documents (``counting.count_corpus``, ``dask_counting``,
+    ``engram-viz corpus``): the reading options of :func:`iter_documents` and the counting ones."""
+
+    text_field: str = "text"  # JSONL: the field holding a document's text
+    doc_mode: str = "paragraph"  # plain text: a document per paragraph, line or file (DOC_MODES)
+    max_doc_chars: int = 1 << 16  # a longer document is cut at line ends into pieces (one sequence still)
+    bos: bool = True  # every document's sequence starts with BOS
+    batch_chars: int = 1 << 22  # characters tokenized and counted at a time (a Dask task's bytes)
 
 
 class Span(NamedTuple):
