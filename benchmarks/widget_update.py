@@ -31,7 +31,8 @@ sys.path.insert(0, str(ROOT))
 
 import torch
 
-from engram_viz.apps.widget import PromptComparison, pipeline_from_env
+from engram_viz.apps.widget import PromptComparison
+from engram_viz.run.pipeline import Pipeline
 
 WORDS = [
     "the",
@@ -88,7 +89,7 @@ def main() -> None:
     args = ap.parse_args()
 
     t0 = time.perf_counter()
-    pipe = pipeline_from_env(args.checkpoint)
+    pipe = Pipeline(args.checkpoint)  # None: $ENGRAM_VIZ_CHECKPOINT, else the embedded default
     print(f"model: {pipe.model_label}")
     print(
         f"device {pipe.device}, torch threads {torch.get_num_threads()}, cores {os.cpu_count()}; "

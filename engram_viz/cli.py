@@ -10,7 +10,6 @@ import sys
 import numpy as np
 import torch
 
-from engram_viz.analysis.corpus.documents import DocumentSpec
 from engram_viz.analysis.explain.explanation import explain
 from engram_viz.apps.app import serve
 from engram_viz.apps.corpus_job import run_corpus
@@ -24,20 +23,36 @@ from engram_viz.errors import EngramVizError
 from engram_viz.run.pipeline import Pipeline
 from engram_viz.tiny.train import TrainSettings, train_tiny
 from engram_viz.weights.inspect import format_inspect, inspect_checkpoint
-from engram_viz.weights.resolve import default_config
+from engram_viz.weights.resolve import weights_config
+
+WEIGHTS_RULE = "$ENGRAM_VIZ_CHECKPOINT when set, else the embedded default data/tiny-engram"
 
 
 def _config_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--config",
         default=None,
-        help="preset (v41-flash, tiny) or path to a config.json (default: the embedded default model's, data/tiny-engram)",
+        help=f"preset (v41-flash, tiny) or path to a config.json (default: the config of the weights: {WEIGHTS_RULE})",
+    )
+
+
+def _checkpoint_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--checkpoint", default=None, help=f"checkpoint folder (default: {WEIGHTS_RULE})")
+
+
+def _device(value: str) -> str | None:
+    return None if value == "auto" else value  # None: the Pipeline picks CUDA when available
+
+
+def _device_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--device", default=None, type=_device, help="cuda, cpu or auto (default: auto, cuda when available)"
     )
 
 
 def _config(args: argparse.Namespace) -> EngramConfig:
-    """``--config`` loaded, or the default checkpoint's config when it is not given."""
-    return load_config(args.config) if args.config is not None else default_config()
+    """``--config`` loaded, or the config of the weights the one rule picks when it is not given."""
+    return load_config(args.config) if args.config is not None else weights_config()
 
 
 def cmd_layout(args: argparse.Namespace) -> None:
@@ -103,7 +118,9 @@ def cmd_corpus(args: argparse.Namespace) -> None:
         config=config,
         tokenizer=get_tokenizer(config, args.tokenizer),
         max_tokens=args.max_tokens,
-        spec=DocumentSpec(text_field=args.text_field, doc_mode=args.doc_mode, bos=not args.no_bos),
+        text_field=args.text_field,
+        doc_mode=args.doc_mode,
+        bos=not args.no_bos,
         top=args.top,
         save_counts=args.save_counts,
         progress=not args.no_progress,
@@ -183,8 +200,8 @@ def _add_explain_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("text", help="the prompt")
     p.add_argument("--position", type=int, required=True, help="token index (0 is BOS; negative from the end)")
     p.add_argument("--layer", type=int, default=None, help="one Engram layer (default: all)")
-    p.add_argument("--checkpoint", default=None, help="checkpoint folder (default: the embedded default weights)")
-    p.add_argument("--device", default="cpu", help="cuda or cpu (default: cpu)")
+    _checkpoint_arg(p)
+    _device_arg(p)
     p.add_argument("--mode", default="fp8", choices=["fp8", "bf16"], help="wkv mode (default: fp8, the reference)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_explain)
@@ -270,7 +287,7 @@ def _add_corpus_command(sub: argparse._SubParsersAction) -> None:
 def _add_job_commands(sub: argparse._SubParsersAction) -> None:
     """report, train-tiny, app: the jobs that run a model."""
     p = sub.add_parser("report", help="the main job: run a prompt set -> tidy tables, figures, one offline HTML report")
-    p.add_argument("--checkpoint", default=None, help="checkpoint folder (default: the embedded default weights)")
+    _checkpoint_arg(p)
     p.add_argument("--prompts", default=None, help="prompt JSONL file (default: data/prompts/default.jsonl)")
     p.add_argument("--out", default="out/report", help="output folder (default: out/report)")
     p.add_argument(
@@ -279,7 +296,7 @@ def _add_job_commands(sub: argparse._SubParsersAction) -> None:
         help="auto, model, embedding, block0 (the checkpoint's own block 0: real layer-1 streams) "
         "or a captured-streams .safetensors file (default: auto)",
     )
-    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+    _device_arg(p)
     p.add_argument("--mode", default="fp8", choices=["fp8", "bf16"], help="wkv mode (default: fp8, the reference)")
     p.add_argument("--theme", default="light", choices=["light", "dark"])
     p.add_argument("--quiet", action="store_true", help="no progress messages")
@@ -294,9 +311,7 @@ def _add_job_commands(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_train_tiny)
 
     p = sub.add_parser("app", help="serve the prompt-comparison app as a web page (Voila) and print its URL")
-    p.add_argument(
-        "--checkpoint", default=None, help="checkpoint folder (default: $ENGRAM_VIZ_CHECKPOINT, else embedded)"
-    )
+    _checkpoint_arg(p)
     p.add_argument("--port", type=int, default=8866, help="TCP port (default 8866; 0: any free port)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.set_defaults(func=cmd_app)

@@ -5,8 +5,10 @@ variable                        meaning (default)
 ==============================  =====================================================================
 ``ENGRAM_VIZ_CACHE``            folder for derived files: token maps, synthetic checkpoints
                                 (``$XDG_CACHE_HOME/engram-viz``, else ``~/.cache/engram-viz``)
-``ENGRAM_VIZ_CHECKPOINT``       the checkpoint folder notebooks, the widget and the app run on
-                                (unset: the embedded default weights)
+``ENGRAM_VIZ_CHECKPOINT``       the checkpoint folder every entry point runs on when given none (``report``,
+                                ``explain``, ``corpus``/``hash``/``layout``/``params`` for their config, the
+                                app, the widget, the notebooks, ``Pipeline()``); an explicit checkpoint
+                                wins (unset: the embedded default ``data/tiny-engram``; ``weights.resolve``)
 ``ENGRAM_VIZ_CORPUS_TOKENS``    tokens the notebooks read per corpus file (60,000)
 ``ENGRAM_VIZ_FIGURES_DIR``      where notebook 07 writes figures (``figures/`` at the repository root)
 ``ENGRAM_VIZ_PAUSE_AT``         tests only: a job stage (``report:tables``, ``corpus:counted``, ``swap``...)

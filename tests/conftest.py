@@ -49,6 +49,13 @@ def synthetic_hf(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_synthetic_checkpoint(tmp_path_factory.mktemp("synthetic") / "tiny-hf", "tiny", seed=0, tokenizer=False)
 
 
+@pytest.fixture(autouse=True)
+def _default_weights_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test starts on the embedded default weights, whatever ``$ENGRAM_VIZ_CHECKPOINT`` the
+    shell holds (a test that wants other weights sets it)."""
+    monkeypatch.delenv("ENGRAM_VIZ_CHECKPOINT", raising=False)
+
+
 @pytest.fixture()
 def damaged_hf(tmp_path: Path, synthetic_hf: Path) -> Path:
     """A private copy of ``synthetic_hf`` for a test to damage."""

@@ -39,11 +39,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engram_viz import settings
 from engram_viz.apps.widget import app as make_app
-from engram_viz.apps.widget import pipeline_from_env
 from engram_viz.config import load_config
+from engram_viz.run.pipeline import Pipeline
 from engram_viz.viz.comparison_html import message_html
+from engram_viz.weights.resolve import weights_source
 
 DEFAULT_PORT = 8866
 DEFAULT_HOST = "127.0.0.1"
@@ -86,9 +86,9 @@ def build_widget(checkpoint: str | None = None, **kwargs: Any) -> Any:
     import ipywidgets as W
 
     try:
-        return make_app(pipeline=pipeline_from_env(checkpoint), **kwargs).widget
+        return make_app(pipeline=Pipeline(checkpoint), **kwargs).widget
     except Exception as err:  # noqa: BLE001 - shown on the page
-        source = checkpoint or settings.checkpoint() or "the embedded default weights"
+        source = weights_source(checkpoint)
         return W.HTML(message_html(f"could not load the model from {source}: {err}", title="engram-viz"))
 
 

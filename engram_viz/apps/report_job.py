@@ -1,8 +1,8 @@
 """The main job: ``engram-viz report`` - run a prompt set, write tables, figures and one HTML report.
 
 ``write_report(out, checkpoint=None, prompts=None)`` runs the prompt set (default: the shipped set
-that fits the weights, ``run.prompts``: ``default`` for the tiny LM, ``paper`` otherwise) through a :class:`~engram_viz.run.pipeline.Pipeline` on the embedded
-default weights or a checkpoint folder, and writes into ``out``::
+that fits the weights, ``run.prompts``: ``default`` for the tiny LM, ``paper`` otherwise) through a :class:`~engram_viz.run.pipeline.Pipeline` on the
+checkpoint folder (None: ``$ENGRAM_VIZ_CHECKPOINT``, else the embedded default weights), and writes into ``out``::
 
     report.html               one self-contained page: no scripts, no network; figures embedded as
                               PNG data URIs (the SVG beside each is linked), token-coloured text inline
@@ -60,6 +60,7 @@ from engram_viz.run.prompts import load_prompts, prompt_set_for, prompt_set_path
 from engram_viz.run.trace import Trace
 from engram_viz.viz.export import check_offline_html, export_all
 from engram_viz.viz.report_page import Figure, Section, render_html
+from engram_viz.weights.resolve import weights_source
 
 FIGURE_FORMATS = ("png", "svg")
 
@@ -239,7 +240,7 @@ def _build_report(
 ) -> Report:
     """The whole job, written into ``out`` (the folder being built)."""
     prompt_set = load_prompts(prompts) if prompts is not None else None
-    say(f"loading weights ({'default' if checkpoint is None else checkpoint})")
+    say(f"loading weights ({weights_source(checkpoint)})")  # None: $ENGRAM_VIZ_CHECKPOINT, else embedded
     pipe = Pipeline(checkpoint, streams=streams, device=device, mode=mode, batch_size=batch_size)
     # no prompts given: the shipped set that fits the weights (run.prompts)
     prompts_file = Path(prompts) if prompts is not None else prompt_set_path(prompt_set_for(pipe.lm is not None))

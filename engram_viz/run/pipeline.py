@@ -2,8 +2,10 @@
 
 ``Pipeline(checkpoint, streams=..., device=..., mode=...)`` puts the pieces together:
 
-- **weights**: ``checkpoint`` is ``None`` (the embedded default), a folder path or an opened
-  :class:`engram_viz.weights.checkpoint.Checkpoint`. A folder holding the *tiny Engram LM*
+- **weights**: ``checkpoint`` is ``None`` (``weights.resolve``: ``$ENGRAM_VIZ_CHECKPOINT`` when set,
+  else the embedded default), a folder path or an opened
+  :class:`engram_viz.weights.checkpoint.Checkpoint`; ``Pipeline.from_checkpoint(path)`` and
+  ``Pipeline.synthetic(config, seed)`` name the two other sources. A folder holding the *tiny Engram LM*
   (``config.json`` with a ``tiny_lm`` section, see ``engram_viz.tiny``) runs as a whole model (its own
   streams) unless other streams are asked for.
 - **streams** (what each Engram layer reads as ``x``; its label goes into every Trace):
@@ -42,7 +44,7 @@ from engram_viz.config import TEXT, EngramConfig
 from engram_viz.core.engram import Engram, default_device
 from engram_viz.core.hashing import TokenInputError, check_id_values, check_token_types, hash_prompt, id_sequence
 from engram_viz.core.tokenizer import get_tokenizer
-from engram_viz.errors import EngramVizError
+from engram_viz.errors import CheckpointError, EngramVizError
 from engram_viz.run.capture import DEFAULT_NAMES, ActivationCache, HookFn, HookRegistry
 from engram_viz.run.images import ImagePromptError, build_input
 from engram_viz.run.prompt_text import PromptInputError, check_prompt_text
@@ -56,9 +58,10 @@ from engram_viz.run.streams import (
 )
 from engram_viz.run.trace import Trace, trace_from_cache
 from engram_viz.tiny.files import load_tiny_model
-from engram_viz.weights.checkpoint import open_checkpoint
-from engram_viz.weights.resolve import default_checkpoint
-from engram_viz.weights.tiny_folder import DEFAULT_DIR, checkpoint_label, is_tiny_lm_folder
+from engram_viz.weights.checkpoint import Checkpoint, open_checkpoint
+from engram_viz.weights.resolve import resolve_weights
+from engram_viz.weights.synthetic import synthetic_checkpoint
+from engram_viz.weights.tiny_folder import checkpoint_label, is_tiny_lm_folder
 
 StreamsFn = Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
 
@@ -96,13 +99,6 @@ def _prompt_fields(p: Any, i: int) -> tuple[str, str, str | None, Any, Any]:
     return str(_get(p, "id", f"p{i}")), str(_get(p, "category", "") or ""), text, ids, _get(p, "token_types")
 
 
-def _default_weights() -> Any:
-    """The embedded default: the trained tiny Engram LM when present, else ``default_checkpoint()``."""
-    if is_tiny_lm_folder(DEFAULT_DIR):
-        return DEFAULT_DIR
-    return default_checkpoint()
-
-
 class Pipeline:
     """Tokenizer + hasher + Engram layers + a stream source; see the module docstring."""
 
@@ -124,8 +120,7 @@ class Pipeline:
         self.bos = bos
         self.lm: torch.nn.Module | None = None
         self.checkpoint = None
-        if checkpoint is None:
-            checkpoint = _default_weights()
+        checkpoint = resolve_weights(checkpoint)  # None: $ENGRAM_VIZ_CHECKPOINT, else the embedded default
         whole_model = not (isinstance(streams, str) and streams in ("embedding", "block0")) and not callable(streams)
         whole_model = whole_model and not (isinstance(streams, (str, Path)) and Path(streams).suffix == ".safetensors")
         if isinstance(checkpoint, (str, Path)):
@@ -144,6 +139,23 @@ class Pipeline:
             else:  # Engram layers only (a tiny LM too, when other streams are asked for)
                 self._load_checkpoint(checkpoint)
         self._setup_streams(streams)
+
+    @classmethod
+    def from_checkpoint(cls, path: str | Path | Checkpoint, **kwargs: Any) -> Pipeline:
+        """A Pipeline on the checkpoint folder ``path`` (or an opened Checkpoint), whatever
+        ``$ENGRAM_VIZ_CHECKPOINT`` says; ``kwargs`` as for ``Pipeline``."""
+        if path is None:
+            raise CheckpointError(
+                "Pipeline.from_checkpoint: expected a checkpoint folder or an opened Checkpoint, got None "
+                "(Pipeline() runs on the default weights)"
+            )
+        return cls(path, **kwargs)
+
+    @classmethod
+    def synthetic(cls, config: EngramConfig | str = "tiny", seed: int = 0, **kwargs: Any) -> Pipeline:
+        """A Pipeline on seeded synthetic weights of ``config`` (labelled SYNTHETIC; embedding
+        streams unless ``streams`` says otherwise); ``kwargs`` as for ``Pipeline``."""
+        return cls(synthetic_checkpoint(config, seed), **kwargs)
 
     # -- set-up -----------------------------------------------------------------------------------
 

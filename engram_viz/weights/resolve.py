@@ -1,26 +1,69 @@
-"""The checkpoint used when none is given, and its config."""
+"""Which weights run when none are given, decided once for every entry point.
+
+The rule: an explicit checkpoint wins; else the folder ``$ENGRAM_VIZ_CHECKPOINT`` names; else the
+embedded default, the trained tiny Engram LM in ``data/tiny-engram`` (the synthetic ``tiny``
+checkpoint, seed 0, only when that folder is missing). ``resolve_weights`` gives what a
+``Pipeline`` opens; ``weights_config`` the config of the same weights, read without opening them.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from engram_viz import settings
 from engram_viz.config import EngramConfig, load_config
 from engram_viz.weights.checkpoint import Checkpoint, open_checkpoint
+from engram_viz.weights.scan import scan_checkpoint
+from engram_viz.weights.schema_check import resolve_config
 from engram_viz.weights.synthetic import synthetic_checkpoint
 from engram_viz.weights.tiny_folder import DEFAULT_DIR, is_tiny_lm_folder
 
+SYNTHETIC_DEFAULT = ("tiny", 0)  # (config, seed) of the default when data/tiny-engram is missing
+
+Weights = str | Path | Checkpoint
+
+
+def _chosen(checkpoint: Weights | None) -> Weights | None:
+    """The rule's answer as a folder or an opened checkpoint; None: the synthetic default."""
+    if checkpoint is not None:
+        return checkpoint
+    from_env = settings.checkpoint()
+    if from_env is not None:
+        return Path(from_env)
+    return DEFAULT_DIR if is_tiny_lm_folder(DEFAULT_DIR) else None
+
+
+def resolve_weights(checkpoint: Weights | None = None) -> Weights:
+    """The weights to run: ``checkpoint`` when given, else ``$ENGRAM_VIZ_CHECKPOINT``, else the
+    embedded default (a folder path, or the synthetic checkpoint opened)."""
+    chosen = _chosen(checkpoint)
+    return synthetic_checkpoint(*SYNTHETIC_DEFAULT) if chosen is None else chosen
+
+
+def weights_config(checkpoint: Weights | None = None) -> EngramConfig:
+    """The config of ``resolve_weights(checkpoint)``, from its ``config.json`` and tensor headers
+    (no weights read): what ``hash``, ``layout``, ``params`` and ``corpus`` use without ``--config``,
+    so their row ids are the ones a run on the same weights shows."""
+    chosen = _chosen(checkpoint)
+    if chosen is None:
+        return load_config(SYNTHETIC_DEFAULT[0])
+    if isinstance(chosen, Checkpoint):
+        return chosen.config
+    return resolve_config(scan_checkpoint(chosen), None)
+
+
+def weights_source(checkpoint: Weights | None = None) -> str:
+    """Where the rule takes the weights from, in words (for messages)."""
+    if checkpoint is not None:
+        return str(getattr(checkpoint, "label", checkpoint))
+    from_env = settings.checkpoint()
+    return f"${settings.CHECKPOINT}={from_env}" if from_env is not None else "the embedded default weights"
+
 
 def default_checkpoint() -> Checkpoint:
-    """The checkpoint used when none is given: the trained tiny Engram LM committed in
-    ``data/tiny-engram`` (see its MODEL_CARD.md); the synthetic ``tiny`` checkpoint (seed 0,
-    labelled SYNTHETIC) only when that folder is missing."""
+    """The embedded default opened, whatever the environment says: the trained tiny Engram LM
+    committed in ``data/tiny-engram`` (see its MODEL_CARD.md); the synthetic ``tiny`` checkpoint
+    (seed 0, labelled SYNTHETIC) only when that folder is missing."""
     if is_tiny_lm_folder(DEFAULT_DIR):
         return open_checkpoint(DEFAULT_DIR)
-    return synthetic_checkpoint("tiny", 0)
-
-
-def default_config() -> EngramConfig:
-    """The config of ``default_checkpoint()``, read without opening its weights: what the commands
-    that take ``--config`` (``hash``, ``layout``, ``params``, ``corpus``) use when it is not given, so
-    their row ids are the ones a default report shows."""
-    if is_tiny_lm_folder(DEFAULT_DIR):
-        return load_config(DEFAULT_DIR / "config.json")
-    return load_config("tiny")
+    return synthetic_checkpoint(*SYNTHETIC_DEFAULT)

@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engram_viz.apps.widget import PromptComparison, pipeline_from_env
+from engram_viz.apps.widget import PromptComparison
+from engram_viz.run.pipeline import Pipeline
 from engram_viz.viz.export import check_offline_html
 
 A = "Only Alexander the Great could tame the horse Bucephalus."
@@ -17,7 +18,7 @@ B = "Only Alexander the Small could tame the horse Bucephalus."
 
 @pytest.fixture(scope="module")
 def pipe():
-    return pipeline_from_env()
+    return Pipeline()
 
 
 @pytest.fixture()
