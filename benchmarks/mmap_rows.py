@@ -35,7 +35,7 @@ import weakref
 import numpy as np
 import torch
 
-from engram_viz.weights.errors import CheckpointError
+from engram_viz.errors import CheckpointError
 from engram_viz.weights.nonfinite import nonfinite_error, nonfinite_rows
 from engram_viz.weights.safetensors import TensorInfo
 

@@ -43,15 +43,10 @@ from typing import IO, Any
 import numpy as np
 import pandas as pd
 
-from engram_viz.errors import EngramVizError
+from engram_viz.errors import InputError, WriteError
 
 TABLE_FORMATS = ("parquet", "csv")
 STALE_TEMP_S = 3600  # a temporary file untouched this long belongs to a process that died
-
-
-class WriteError(EngramVizError, OSError):
-    """A file or an output folder cannot be written: a file or folder in the way, no permission, or
-    another run writing into the same folder."""
 
 
 def _umask() -> int:
@@ -184,7 +179,7 @@ def write_table(
     """``out_dir/NAME.parquet`` and ``out_dir/NAME.csv`` (no index), each atomic; returns the paths."""
     unknown = [f for f in formats if f not in TABLE_FORMATS]
     if unknown:
-        raise ValueError(f"table format {unknown[0]!r} unknown; expected one of {TABLE_FORMATS}")
+        raise InputError(f"table format {unknown[0]!r} unknown; expected one of {TABLE_FORMATS}")
     df = flatten_tuples(df)
     paths = []
     for fmt in formats:

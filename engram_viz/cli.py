@@ -341,9 +341,10 @@ def _one_line(err: BaseException) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one sub-command; a user error (any ``EngramVizError``, a bad value, a file that cannot be
-    read or written) ends it with one line on stderr and exit code 2, without a traceback; Ctrl-C
-    with one line and exit code 130 (an output folder is then left as it was)."""
+    """Run one sub-command; a user error (any ``EngramVizError``, a file that cannot be read or
+    written) ends it with one line on stderr and exit code 2, without a traceback; Ctrl-C with one
+    line and exit code 130 (an output folder is then left as it was). Anything else is a bug and
+    keeps its traceback."""
     args = build_parser().parse_args(argv)
     try:
         args.func(args)
@@ -353,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"engram-viz {args.command}: interrupted", file=sys.stderr)
         return 130
-    except (EngramVizError, ValueError, TypeError, OSError) as err:
+    except (EngramVizError, OSError) as err:  # a bare ValueError or TypeError is a bug: its traceback shows
         print(f"engram-viz {args.command}: error: {_one_line(err)}", file=sys.stderr)
         return 2
     return 0

@@ -11,7 +11,7 @@ import json
 from dataclasses import MISSING, asdict, dataclass
 from pathlib import Path
 
-from engram_viz.errors import EngramVizError
+from engram_viz.errors import ConfigError
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 CONFIG_DIR = DATA_DIR / "configs"
@@ -20,10 +20,6 @@ PRESETS = ("v41-flash", "tiny")
 # TEXT = -1 in `token_types`; 0..3 mark the parts of an image span (reference section 6).
 TEXT, IMAGE_START, IMAGE, IMAGE_NEWLINE, IMAGE_END = -1, 0, 1, 2, 3
 FP8_BLOCK_SIZE = 32  # one e8m0 scale per 32 features (tables) or per 32 x 32 block (wkv)
-
-
-class ConfigError(EngramVizError, ValueError):
-    """A config file is missing, unreadable or inconsistent."""
 
 
 # fields that count something: at least 1

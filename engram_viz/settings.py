@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from engram_viz.errors import EngramVizError
+from engram_viz.errors import SettingError
 
 CACHE = "ENGRAM_VIZ_CACHE"
 CHECKPOINT = "ENGRAM_VIZ_CHECKPOINT"
@@ -33,10 +33,6 @@ CORPUS_TOKENS = "ENGRAM_VIZ_CORPUS_TOKENS"
 FIGURES_DIR = "ENGRAM_VIZ_FIGURES_DIR"
 PAUSE_AT = "ENGRAM_VIZ_PAUSE_AT"
 PAUSE_S = 300.0  # long enough for a test to interrupt the job; it goes on afterwards
-
-
-class SettingError(EngramVizError, ValueError):
-    """An ``ENGRAM_VIZ_*`` variable holds a value the suite cannot use."""
 
 
 def cache_dir() -> Path:

@@ -41,6 +41,7 @@ from typing import Any
 
 from engram_viz.apps.widget import app as make_app
 from engram_viz.config import load_config
+from engram_viz.errors import InputError
 from engram_viz.run.pipeline import Pipeline
 from engram_viz.viz.comparison_html import message_html
 from engram_viz.weights.resolve import weights_source
@@ -146,7 +147,7 @@ def _check_checkpoint(checkpoint: str | os.PathLike | None) -> str | None:
     try:
         load_config(str(path))
     except Exception as err:  # noqa: BLE001 - re-raised with the input named
-        raise ValueError(f"--checkpoint {checkpoint}: not a checkpoint this suite reads ({err})") from None
+        raise InputError(f"--checkpoint {checkpoint}: not a checkpoint this suite reads ({err})") from None
     return str(path.resolve())
 
 
@@ -181,13 +182,13 @@ def bind(port: int = DEFAULT_PORT, host: str = DEFAULT_HOST) -> list:
     from tornado.netutil import bind_sockets
 
     if not 0 <= int(port) <= 65535:
-        raise ValueError(f"--port {port}: expected 0..65535 (0: any free port)")
+        raise InputError(f"--port {port}: expected 0..65535 (0: any free port)")
     try:
         return bind_sockets(int(port), host)
     except OSError as err:
         if err.errno == errno.EADDRINUSE:
-            raise ValueError(f"port {port} on {host} is in use; pass --port N (or --port 0: any free port)") from None
-        raise ValueError(f"cannot listen on {host}:{port}: {err.strerror or err}") from None
+            raise InputError(f"port {port} on {host} is in use; pass --port N (or --port 0: any free port)") from None
+        raise InputError(f"cannot listen on {host}:{port}: {err.strerror or err}") from None
 
 
 def serve(

@@ -54,7 +54,7 @@ from engram_viz.analysis.row_stats.trace_ngrams import collision_exposure, popul
 from engram_viz.analysis.row_stats.usage import RowUsage
 from engram_viz.apps.report_sections import FigureSpec, report_sections, trace_gate_memory
 from engram_viz.config import EngramConfig
-from engram_viz.errors import EngramVizError
+from engram_viz.errors import ReportError
 from engram_viz.run.pipeline import Pipeline
 from engram_viz.run.prompts import load_prompts, prompt_set_for, prompt_set_path
 from engram_viz.run.trace import Trace
@@ -63,10 +63,6 @@ from engram_viz.viz.report_page import Figure, Section, render_html
 from engram_viz.weights.resolve import weights_source
 
 FIGURE_FORMATS = ("png", "svg")
-
-
-class ReportError(EngramVizError, RuntimeError):
-    """The report could not be produced (bad prompts, an unreadable checkpoint, a failed write)."""
 
 
 @dataclass

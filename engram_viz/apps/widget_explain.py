@@ -28,6 +28,7 @@ import pandas as pd
 
 from engram_viz.analysis.explain.explanation import Explanation, explain
 from engram_viz.analysis.gates.comparison import PromptResult
+from engram_viz.errors import InputError
 from engram_viz.run.counterfactual import engram_tables
 from engram_viz.viz.comparison_html import difference_html, message_html, panel_box
 from engram_viz.viz.style import get_theme
@@ -135,7 +136,7 @@ class TokenExplainer:
         """Explain token ``position`` of prompt A (None: nothing)."""
         valid = [v for _, v in self.position.options]
         if position not in valid:
-            raise ValueError(f"position {position!r} is not a text token of prompt A; expected one of {valid[1:]}")
+            raise InputError(f"position {position!r} is not a text token of prompt A; expected one of {valid[1:]}")
         self.position.value = position
 
     def explanation(self) -> Explanation:
@@ -147,7 +148,7 @@ class TokenExplainer:
     def rows_frame(self) -> pd.DataFrame:
         """The picked token's 24 rows at the comparison's layer (:func:`row_view`)."""
         if self.position.value is None:
-            raise ValueError("no token picked; call select(position) first")
+            raise InputError("no token picked; call select(position) first")
         return row_view(self.explanation(), int(self.position.value), self.cmp.layer, self.cmp.stream)
 
     def ablate(self, column: int | None = None) -> dict:
@@ -157,7 +158,7 @@ class TokenExplainer:
         column = self.row.value if column is None else int(column)
         hit = rows[rows["column"] == column]
         if column is None or hit.empty:
-            raise ValueError(f"column {column!r} unknown; expected one of 0..{len(rows) - 1}")
+            raise InputError(f"column {column!r} unknown; expected one of 0..{len(rows) - 1}")
         self.ablated = (self.cmp.layer, int(hit["row"].iloc[0]))
         self._draw_difference()
         return dict(self.summary or {})

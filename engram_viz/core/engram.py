@@ -58,6 +58,7 @@ from engram_viz.core import fp8
 from engram_viz.core.hooks import HOOK_SITES, HookPoint, hook_name, hook_points
 from engram_viz.core.schema import SAFETENSORS_DTYPES, expected_tensors
 from engram_viz.core.wkv import GEMMS, WKV_MODES, WkvLinear  # noqa: F401 - GEMMS, WKV_MODES re-exported
+from engram_viz.errors import InputError, InputTypeError
 
 CLAMP_VALUE = 1e-6  # |dot| floor before the signed square root (reference ``clamp_value``)
 CPU_CUDA_GATE_ATOL = 5e-3  # stated CPU vs CUDA gate tolerance: max abs difference
@@ -74,7 +75,7 @@ def tensor_shapes(config: EngramConfig | str, layer_id: int) -> dict[str, tuple[
     """Checkpoint name (without the ``layers.N.engram.`` prefix) -> (shape, dtype) for one Engram layer."""
     config = load_config(config)
     if layer_id not in config.engram_layer_ids:
-        raise ValueError(f"layer {layer_id} is not an Engram layer; expected one of {list(config.engram_layer_ids)}")
+        raise InputError(f"layer {layer_id} is not an Engram layer; expected one of {list(config.engram_layer_ids)}")
     prefix = f"layers.{layer_id}.engram."
     return {
         name.removeprefix(prefix): (shape, SAFETENSORS_DTYPES[dtype][0])
@@ -205,11 +206,11 @@ class Engram(nn.Module):
         super().__init__()
         config = load_config(config)
         if layer_id not in config.engram_layer_ids:
-            raise ValueError(
+            raise InputError(
                 f"layer {layer_id} is not an Engram layer; expected one of {list(config.engram_layer_ids)}"
             )
         if not callable(table):
-            raise TypeError(f"table must be callable row_ids -> rows, got {type(table).__name__}")
+            raise InputTypeError(f"table must be callable row_ids -> rows, got {type(table).__name__}")
         self.config = config
         self.layer_id = layer_id
         self.layer_hash_index = config.engram_layer_ids.index(layer_id)
@@ -233,7 +234,7 @@ class Engram(nn.Module):
             ("k_weight", k_weight, (self.hc_mult, self.dim)),
         ):
             if tuple(t.shape) != shape:
-                raise ValueError(f"{name} has shape {list(t.shape)}; config {config.name!r} expects {list(shape)}")
+                raise InputError(f"{name} has shape {list(t.shape)}; config {config.name!r} expects {list(shape)}")
 
         # A trainable table module trains with the layer (registered, moves with .to()); any other
         # table is held outside the module tree, so .to(device) never copies a table to the GPU.
@@ -269,18 +270,18 @@ class Engram(nn.Module):
         shapes = tensor_shapes(config, layer_id)
         (n, k), _ = shapes["wkv.weight"]
         if tuple(weights.wkv_weight.shape) != (n, k):
-            raise ValueError(
+            raise InputError(
                 f"layers.{layer_id}.engram.wkv.weight has shape {list(weights.wkv_weight.shape)}; expected {[n, k]}"
             )
         table = weights.table
         head_dim = getattr(table, "head_dim", None)
         if head_dim is not None and head_dim != config.engram_head_dim:
-            raise ValueError(
+            raise InputError(
                 f"table of layer {layer_id} has head_dim {head_dim}; config {config.name!r} expects {config.engram_head_dim}"
             )
         rows, want_rows = _table_rows(table), shapes["embed.weight"][0][0]
         if rows is not None and rows != want_rows:
-            raise ValueError(
+            raise InputError(
                 f"table of layer {layer_id} has {rows:,} rows; config {config.name!r} expects {want_rows:,}"
             )
         wkv = fp8.dequantize_blocks(weights.wkv_weight.to(device), weights.wkv_scale.to(device))
@@ -333,7 +334,7 @@ class Engram(nn.Module):
         """Rows of ``hash_ids [...]`` gathered where the table lives, moved to ``device``: ``[..., head_dim]``."""
         rows = self.table(hash_ids.to(_table_device(self.table)))
         if rows.shape != (*hash_ids.shape, self.head_dim):
-            raise ValueError(
+            raise InputError(
                 f"table returned rows of shape {list(rows.shape)}; expected {[*hash_ids.shape, self.head_dim]}"
             )
         return to_device(rows, self.device)
@@ -363,20 +364,20 @@ class Engram(nn.Module):
 
     def _check_inputs(self, x: torch.Tensor, hash_ids: torch.Tensor, token_mask: torch.Tensor | None) -> None:
         if not isinstance(x, torch.Tensor) or not x.is_floating_point():
-            raise TypeError(
+            raise InputTypeError(
                 f"x must be a floating tensor [B, T, {self.hc_mult}, {self.dim}], got {getattr(x, 'dtype', type(x))}"
             )
         if x.dim() != 4 or tuple(x.shape[2:]) != (self.hc_mult, self.dim):
-            raise ValueError(
+            raise InputError(
                 f"x must have shape [B, T, {self.hc_mult}, {self.dim}] (hc_mult streams of dim), got {list(x.shape)}"
             )
         bt = tuple(x.shape[:2])
         if not isinstance(hash_ids, torch.Tensor) or hash_ids.dtype not in (torch.int64, torch.int32):
-            raise TypeError(
+            raise InputTypeError(
                 f"hash_ids must be an int64 tensor [B, T, {self.n_hash_cols}], got {getattr(hash_ids, 'dtype', type(hash_ids))}"
             )
         if tuple(hash_ids.shape) != (*bt, self.n_hash_cols):
-            raise ValueError(
+            raise InputError(
                 f"hash_ids must have shape {[*bt, self.n_hash_cols]} (x's [B, T] and {self.n_hash_cols} row ids of "
                 f"layer {self.layer_id}), got {list(hash_ids.shape)}"
             )
@@ -384,16 +385,16 @@ class Engram(nn.Module):
         if hash_ids.numel() and n_rows is not None:
             lo, hi = int(hash_ids.min()), int(hash_ids.max())
             if lo < 0 or hi >= n_rows:
-                raise ValueError(
+                raise InputError(
                     f"hash_ids holds row {lo if lo < 0 else hi}; the layer {self.layer_id} table has rows 0..{n_rows - 1}"
                 )
         if token_mask is not None:
             if not isinstance(token_mask, torch.Tensor) or token_mask.dtype != torch.bool:
-                raise TypeError(
+                raise InputTypeError(
                     f"token_mask must be a bool tensor [B, T], got {getattr(token_mask, 'dtype', type(token_mask))}"
                 )
             if tuple(token_mask.shape) != bt:
-                raise ValueError(f"token_mask must have shape {list(bt)} (x's [B, T]), got {list(token_mask.shape)}")
+                raise InputError(f"token_mask must have shape {list(bt)} (x's [B, T]), got {list(token_mask.shape)}")
 
     def extra_repr(self) -> str:
         label = getattr(self.table, "label", type(self.table).__name__)

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from engram_viz.core import fp8
+from engram_viz.errors import InputError, InputTypeError
 
 FP4_BLOCK = 32
 E2M1_GRID = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)  # magnitude by 3-bit code
@@ -32,10 +33,10 @@ def fp4_codes(packed: torch.Tensor) -> torch.Tensor:
 def dequantize_fp4(packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """fp4 weight ``[N, K / 2]`` x e8m0 scale ``[N, K / 32]`` -> float32 ``[N, K]`` (exact)."""
     if scale.dtype != torch.float8_e8m0fnu:
-        raise TypeError(f"fp4 scale must be float8_e8m0fnu, got {scale.dtype}")
+        raise InputTypeError(f"fp4 scale must be float8_e8m0fnu, got {scale.dtype}")
     n, half = packed.shape
     if tuple(scale.shape) != (n, 2 * half // FP4_BLOCK):
-        raise ValueError(
+        raise InputError(
             f"fp4 weight [{n}, {2 * half}] needs a scale of shape [{n}, {2 * half // FP4_BLOCK}], got {list(scale.shape)}"
         )
     b = packed.view(torch.uint8) if packed.dtype != torch.uint8 else packed

@@ -13,6 +13,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from engram_viz.errors import InputError, InputTypeError
+
 BLOCK = 32
 E4M3_MAX = 448.0  # largest finite float8_e4m3fn
 AMAX_FLOOR = 1e-4  # keeps an all-zero block's scale finite (as the reference's act_quant)
@@ -22,7 +24,7 @@ _MANTISSA_MASK = (1 << 23) - 1
 
 def _check_fp8(name: str, t: torch.Tensor, dtype: torch.dtype) -> None:
     if t.dtype != dtype:
-        raise TypeError(f"{name} must be {dtype}, got {t.dtype}")
+        raise InputTypeError(f"{name} must be {dtype}, got {t.dtype}")
 
 
 def dequantize_rows(weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -31,7 +33,7 @@ def dequantize_rows(weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     _check_fp8("weight", weight, torch.float8_e4m3fn)
     _check_fp8("scale", scale, torch.float8_e8m0fnu)
     if weight.shape[-1] != scale.shape[-1] * BLOCK or weight.shape[:-1] != scale.shape[:-1]:
-        raise ValueError(
+        raise InputError(
             f"row weight {list(weight.shape)} and scale {list(scale.shape)} do not pair (32 features per scale)"
         )
     on_cpu = weight.device.type == scale.device.type == "cpu"
@@ -70,7 +72,7 @@ def dequantize_blocks(weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor
     n, k = weight.shape
     want = (-(-n // BLOCK), -(-k // BLOCK))
     if tuple(scale.shape) != want:
-        raise ValueError(f"block scale of weight {[n, k]} must have shape {list(want)}, got {list(scale.shape)}")
+        raise InputError(f"block scale of weight {[n, k]} must have shape {list(want)}, got {list(scale.shape)}")
     full = scale.float().repeat_interleave(BLOCK, 0)[:n].repeat_interleave(BLOCK, 1)[:, :k]
     return weight.float() * full
 
@@ -97,7 +99,7 @@ def quantize_blockwise(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     where it is subnormal). Both bounds are reached on ties (tests/test_fp8.py).
     """
     if x.shape[-1] % BLOCK:
-        raise ValueError(f"last dim {x.shape[-1]} must be a multiple of {BLOCK} to quantise per block")
+        raise InputError(f"last dim {x.shape[-1]} must be a multiple of {BLOCK} to quantise per block")
     blocks = x.float().unflatten(-1, (-1, BLOCK))
     scale = power_of_two_scale(blocks.abs().amax(-1))
     q = _to_e4m3(blocks / scale.unsqueeze(-1))

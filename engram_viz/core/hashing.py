@@ -18,18 +18,10 @@ import torch
 
 from engram_viz.config import IMAGE_END, TEXT, EngramConfig, load_config
 from engram_viz.core.layout import EngramLayout
-from engram_viz.errors import EngramVizError
+from engram_viz.errors import TokenInputError, TokenInputTypeError
 
 DEAD = -1  # compressed-id sentinel for masked (image) positions, written into the cache only
 _INT_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
-
-
-class TokenInputError(EngramVizError, ValueError):
-    """Token ids, token types or a hasher argument out of range or of the wrong shape."""
-
-
-class TokenInputTypeError(EngramVizError, TypeError):
-    """Token ids or token types of the wrong type (floats, strings, bools, lists where tensors go)."""
 
 
 def _check_ids(name: str, ids: torch.Tensor, vocab: int) -> None:

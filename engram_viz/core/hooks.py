@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from engram_viz.errors import InputError, InputTypeError
+
 HookFn = Callable[[torch.Tensor, str], "torch.Tensor | None"]
 
 
@@ -69,7 +71,7 @@ _NAME_RE = re.compile(r"^engram\.L(\d+)\.(\w+)$")
 def hook_name(layer_id: int, site: str) -> str:
     """``engram.L{layer_id}.{site}``; raises on an unknown site."""
     if site not in HOOK_SITES:
-        raise ValueError(f"unknown hook kind {site!r}; expected one of {list(HOOK_SITES)}")
+        raise InputError(f"unknown hook kind {site!r}; expected one of {list(HOOK_SITES)}")
     return f"engram.L{int(layer_id)}.{site}"
 
 
@@ -77,7 +79,7 @@ def parse_hook_name(name: str) -> tuple[int, str]:
     """``engram.L14.gate`` -> ``(14, 'gate')``."""
     m = _NAME_RE.match(name)
     if not m or m.group(2) not in HOOK_SITES:
-        raise ValueError(f"{name!r} is not a hook name; expected engram.L<layer>.<{'|'.join(HOOK_SITES)}>")
+        raise InputError(f"{name!r} is not a hook name; expected engram.L<layer>.<{'|'.join(HOOK_SITES)}>")
     return int(m.group(1)), m.group(2)
 
 
@@ -123,7 +125,7 @@ class HookPoint(nn.Module):
 
     def add_hook(self, fn: HookFn) -> HookHandle:
         if not callable(fn):
-            raise TypeError(f"hook for {self.name} must be callable fn(tensor, name), got {type(fn).__name__}")
+            raise InputTypeError(f"hook for {self.name} must be callable fn(tensor, name), got {type(fn).__name__}")
         self.fns.append(fn)
         return HookHandle(self, fn)
 
@@ -137,9 +139,11 @@ class HookPoint(nn.Module):
             out = fn(x, self.name)
             if out is not None:
                 if not isinstance(out, torch.Tensor):
-                    raise TypeError(f"hook on {self.name} returned {type(out).__name__}; expected a tensor or None")
+                    raise InputTypeError(
+                        f"hook on {self.name} returned {type(out).__name__}; expected a tensor or None"
+                    )
                 if out.shape != x.shape:
-                    raise ValueError(
+                    raise InputError(
                         f"hook on {self.name} returned shape {list(out.shape)}; expected {list(x.shape)} (same as its input)"
                     )
                 x = out

@@ -14,6 +14,7 @@ from functools import cached_property
 import numpy as np
 
 from engram_viz.config import ConfigError, EngramConfig
+from engram_viz.errors import InputError, TokenInputError
 
 
 def is_prime(n: int) -> bool:
@@ -120,14 +121,14 @@ class EngramLayout:
 
     def layer_index(self, layer: int) -> int:
         if layer not in self.layer_ids:
-            raise ValueError(f"layer {layer} is not an Engram layer; expected one of {list(self.layer_ids)}")
+            raise InputError(f"layer {layer} is not an Engram layer; expected one of {list(self.layer_ids)}")
         return self.layer_ids.index(layer)
 
     def column(self, order: int, head: int) -> int:
         if order not in self.config.ngram_orders:
-            raise ValueError(f"n-gram order {order} out of range; expected one of {list(self.config.ngram_orders)}")
+            raise InputError(f"n-gram order {order} out of range; expected one of {list(self.config.ngram_orders)}")
         if not 0 <= head < self.n_heads:
-            raise ValueError(f"head {head} out of range; expected 0..{self.n_heads - 1}")
+            raise InputError(f"head {head} out of range; expected 0..{self.n_heads - 1}")
         return (order - 2) * self.n_heads + head
 
     def owner(self, layer: int, row: int) -> RowOwner:
@@ -135,7 +136,7 @@ class EngramLayout:
         li = self.layer_index(layer)
         n_rows = int(self.rows_per_layer[li])
         if not 0 <= row < n_rows:
-            raise ValueError(f"row {row} out of range for layer {layer}; expected 0..{n_rows - 1}")
+            raise InputError(f"row {row} out of range for layer {layer}; expected 0..{n_rows - 1}")
         col = int(np.searchsorted(self.offsets[li], row, side="right") - 1)
         return RowOwner(
             layer=layer,
@@ -155,11 +156,11 @@ class EngramLayout:
         li = self.layer_index(layer)
         order = len(compressed_ngram)
         if order not in self.config.ngram_orders:
-            raise ValueError(f"an n-gram of {order} tokens; expected 2..{self.max_ngram_size}")
+            raise InputError(f"an n-gram of {order} tokens; expected 2..{self.max_ngram_size}")
         vocab = self.config.engram_compressed_vocab_size
         for c in compressed_ngram:
             if not 0 <= int(c) < vocab:
-                raise ValueError(f"compressed id {c} out of range; expected 0..{vocab - 1}")
+                raise TokenInputError(f"compressed id {c} out of range; expected 0..{vocab - 1}")
         mult = self.multipliers[li]
         h = 0
         for shift, c in enumerate(reversed(compressed_ngram)):  # shift 0 is the newest token

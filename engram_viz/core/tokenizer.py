@@ -29,14 +29,10 @@ from tokenizers import Regex, Tokenizer, normalizers
 
 from engram_viz._cache import cached_path, is_verified
 from engram_viz.config import EngramConfig, load_config
-from engram_viz.errors import EngramVizError
+from engram_viz.errors import InputTypeError, TokenInputError, TokenMapError
 from engram_viz.settings import cache_dir
 
 BOS_ID = 0  # <｜begin▁of▁sentence｜>
-
-
-class TokenMapError(EngramVizError, ValueError):
-    """The compressed map built from a tokenizer does not match the config."""
 
 
 def bundled_tokenizer_file() -> Path:
@@ -180,7 +176,7 @@ class EngramTokenizer:
     def encode(self, text: str, bos: bool = False) -> list[int]:
         """Raw token ids of ``text``, with no special tokens unless ``bos``."""
         if not isinstance(text, str):
-            raise TypeError(f"text must be a str, got {type(text).__name__}")
+            raise InputTypeError(f"text must be a str, got {type(text).__name__}")
         ids = self.backend.encode(text, add_special_tokens=False).ids
         return [BOS_ID, *ids] if bos else ids
 
@@ -215,7 +211,7 @@ class EngramTokenizer:
         ids = np.asarray(raw_ids, dtype=np.int64)
         if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
             bad = ids[(ids < 0) | (ids >= self.vocab_size)][0]
-            raise ValueError(f"raw token id {int(bad)} out of range; expected 0..{self.vocab_size - 1}")
+            raise TokenInputError(f"raw token id {int(bad)} out of range; expected 0..{self.vocab_size - 1}")
         return self.token_map[ids]
 
     def pieces(self, raw_ids) -> list[str]:
@@ -238,7 +234,7 @@ class EngramTokenizer:
             return "<DEAD>"
         members = self.compressed_members.get(int(compressed_id))
         if not members:
-            raise ValueError(f"compressed id {compressed_id} out of range")
+            raise TokenInputError(f"compressed id {compressed_id} out of range")
         return self.pieces(members[:1])[0]
 
 

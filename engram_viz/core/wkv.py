@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engram_viz.core import fp8
-from engram_viz.errors import EngramVizError
+from engram_viz.errors import Bf16GemmError, InputError, InputTypeError
 
 WKV_MODES = ("fp8", "bf16", "float32")
 GEMMS = ("auto", "bf16", "float32")
@@ -53,13 +53,9 @@ CHECK_CHUNK = 1 << 22  # elements per pass of the exactness check (bounds its in
 _LOW16 = 0xFFFF
 
 
-class Bf16GemmError(EngramVizError, ValueError):
-    """``gemm='bf16'`` asked for on operands or a device where bf16 operands are not exact."""
-
-
 def check_gemm(gemm: str) -> str:
     if gemm not in GEMMS:
-        raise ValueError(f"wkv gemm {gemm!r} unknown; expected one of {GEMMS}")
+        raise InputError(f"wkv gemm {gemm!r} unknown; expected one of {GEMMS}")
     return gemm
 
 
@@ -152,7 +148,7 @@ class WkvLinear(nn.Module):
             or not weight.is_floating_point()
             or weight.dtype in (torch.float8_e4m3fn, torch.float8_e8m0fnu)
         ):
-            raise TypeError(
+            raise InputTypeError(
                 f"wkv weight must be a dequantised float matrix [N, K], got {weight.dtype} {list(weight.shape)}"
             )
         self.weight = nn.Parameter(weight.detach().to(torch.float32), requires_grad=trainable)
@@ -167,7 +163,7 @@ class WkvLinear(nn.Module):
     @mode.setter
     def mode(self, mode: str) -> None:
         if mode not in WKV_MODES:
-            raise ValueError(f"wkv mode {mode!r} unknown; expected one of {WKV_MODES}")
+            raise InputError(f"wkv mode {mode!r} unknown; expected one of {WKV_MODES}")
         self._mode = mode
 
     @property

@@ -46,8 +46,9 @@ from engram_viz.config import EngramConfig, load_config
 from engram_viz.core.engram import CLAMP_VALUE, Engram, engram_steps
 from engram_viz.core.hooks import HOOK_SITES, HookFn, HookPoint, hook_name
 from engram_viz.core.tokenizer import get_tokenizer
+from engram_viz.errors import AttachError
 from engram_viz.run.capture import DEFAULT_NAMES, ActivationCache, HookRegistry, _capture_here
-from engram_viz.run.model_layout import AttachError, check_modules, model_config
+from engram_viz.run.model_layout import check_modules, model_config
 from engram_viz.run.trace import Trace, trace_from_cache
 
 __all__ = ["ENGRAM_ATTRS", "AttachError", "AttachedModel", "attach", "find_engram_modules", "is_engram_like"]

@@ -26,6 +26,7 @@ from typing import Any, cast
 import torch
 
 from engram_viz.core.hooks import HOOK_SITES, HookFn, hook_points, parse_hook_name
+from engram_viz.errors import InputError, InputTypeError
 
 DEFAULT_NAMES = ("engram.*.hash_ids", "engram.*.token_mask", "engram.*.gate")
 
@@ -128,11 +129,11 @@ class HookRegistry:
     def add_point(self, name: str, point: Any) -> None:
         parse_hook_name(name)
         if name in self.points:
-            raise ValueError(f"hook point {name!r} is registered twice")
+            raise InputError(f"hook point {name!r} is registered twice")
         self._sorted = None
         self._resolved = {}
         if not hasattr(point, "add_hook"):
-            raise TypeError(f"hook point {name!r} must be a HookPoint (add_hook), got {type(point).__name__}")
+            raise InputTypeError(f"hook point {name!r} must be a HookPoint (add_hook), got {type(point).__name__}")
         self.points[name] = point
 
     @classmethod
@@ -171,10 +172,10 @@ class HookRegistry:
         out: list[str] = []
         for pattern in names:
             if not isinstance(pattern, str):
-                raise TypeError(f"hook names must be strings, got {type(pattern).__name__}")
+                raise InputTypeError(f"hook names must be strings, got {type(pattern).__name__}")
             hits = [n for n in self.names if fnmatch.fnmatchcase(n, pattern)]
             if not hits:
-                raise ValueError(f"hook name or pattern {pattern!r} matches no hook point; available: {self.names}")
+                raise InputError(f"hook name or pattern {pattern!r} matches no hook point; available: {self.names}")
             out.extend(h for h in hits if h not in out)
         if cache is not None:
             cache[names] = out
@@ -193,7 +194,9 @@ class HookRegistry:
         try:
             for pattern, fn in items:
                 if not callable(fn):
-                    raise TypeError(f"hook for {pattern!r} must be callable fn(tensor, name), got {type(fn).__name__}")
+                    raise InputTypeError(
+                        f"hook for {pattern!r} must be callable fn(tensor, name), got {type(fn).__name__}"
+                    )
                 for name in self.resolve(pattern):
                     removers.append(_add(self.points[name], fn))
             yield

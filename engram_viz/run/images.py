@@ -39,17 +39,13 @@ import numpy as np
 
 from engram_viz.config import IMAGE, IMAGE_END, IMAGE_NEWLINE, IMAGE_START, TEXT, EngramConfig, load_config
 from engram_viz.core.tokenizer import BOS_ID, get_tokenizer
-from engram_viz.errors import EngramVizError
+from engram_viz.errors import ImagePromptError, InputTypeError
 
 PLACEHOLDER = re.compile(r"<image:([^<>]*)>", re.IGNORECASE)
 _OPEN = re.compile(r"<image:", re.IGNORECASE)
 _SPEC = re.compile(r"^\s*(\d+)\s*[x×]\s*(\d+)\s*(px)?\s*$", re.IGNORECASE | re.ASCII)
 MAX_IMAGE_SIDE = 1_000_000  # pixels per side of <image:WxHpx>
 MAX_SIDE_DIGITS = 7  # longer numbers are refused before conversion
-
-
-class ImagePromptError(EngramVizError, ValueError):
-    """A placeholder is malformed or asks for more image tokens than the model takes."""
 
 
 @dataclass(frozen=True)
@@ -227,7 +223,7 @@ def build_input(
     ``config``, default config ``tiny``).
     """
     if not isinstance(text, str):
-        raise TypeError(f"text must be a str, got {type(text).__name__}")
+        raise InputTypeError(f"text must be a str, got {type(text).__name__}")
     if tokenizer is None:
         tokenizer = get_tokenizer(config or "tiny")
     cfg = load_config(config) if config is not None else tokenizer.config

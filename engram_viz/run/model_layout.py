@@ -24,7 +24,7 @@ from torch import nn
 
 from engram_viz.config import PRESETS, EngramConfig, load_config
 from engram_viz.core.layout import EngramLayout
-from engram_viz.errors import EngramVizError
+from engram_viz.errors import LayoutError
 
 LAYOUT_FIELDS = ("max_ngram_size", "layer_ids", "num_embeddings", "primes", "n_heads", "head_dim")
 # reference layout field -> EngramConfig field
@@ -37,14 +37,6 @@ _CONFIG_FIELD = {
 }
 
 Engrams = Mapping[int, tuple[str, nn.Module]]  # {layer_id: (path, module)}
-
-
-class AttachError(EngramVizError, ValueError):
-    """A model cannot be attached to: no Engram-like submodules, ambiguous ones, or a bad layout."""
-
-
-class LayoutError(AttachError):
-    """A model's Engram layout is missing, malformed, or disagrees with its modules or the given config."""
 
 
 def find_layout(model: nn.Module) -> Any | None:

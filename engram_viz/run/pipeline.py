@@ -44,7 +44,7 @@ from engram_viz.config import TEXT, EngramConfig
 from engram_viz.core.engram import Engram, default_device
 from engram_viz.core.hashing import TokenInputError, check_id_values, check_token_types, hash_prompt, id_sequence
 from engram_viz.core.tokenizer import get_tokenizer
-from engram_viz.errors import CheckpointError, EngramVizError
+from engram_viz.errors import CheckpointError, InputError, PromptTypeError, StreamsError
 from engram_viz.run.capture import DEFAULT_NAMES, ActivationCache, HookFn, HookRegistry
 from engram_viz.run.images import ImagePromptError, build_input
 from engram_viz.run.prompt_text import PromptInputError, check_prompt_text
@@ -64,10 +64,6 @@ from engram_viz.weights.synthetic import synthetic_checkpoint
 from engram_viz.weights.tiny_folder import checkpoint_label, is_tiny_lm_folder
 
 StreamsFn = Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
-
-
-class PromptTypeError(EngramVizError, TypeError):
-    """A prompt that is neither a string, a dict nor an object with ``.text`` / ``.input_ids``."""
 
 
 @dataclass(frozen=True)
@@ -115,7 +111,7 @@ class Pipeline:
         self.device = torch.device(device) if device is not None else default_device()
         self.mode = mode
         if batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+            raise InputError(f"batch_size must be at least 1, got {batch_size}")
         self.batch_size = batch_size
         self.bos = bos
         self.lm: torch.nn.Module | None = None
@@ -192,7 +188,7 @@ class Pipeline:
             streams = "model" if self.lm is not None else "embedding"
         if streams == "model":
             if self.lm is None:
-                raise ValueError(
+                raise StreamsError(
                     "streams='model' needs weights that are a whole model (the tiny Engram LM); "
                     f"{self.model_label!r} holds Engram layers only: use 'embedding' or a captured-streams file"
                 )
@@ -216,12 +212,12 @@ class Pipeline:
             layers = captured_layers(path)
             missing = [n for n in self.config.engram_layer_ids if n not in layers]
             if missing:
-                raise ValueError(f"{path} has no streams for Engram layers {missing} (it has {layers})")
+                raise StreamsError(f"{path} has no streams for Engram layers {missing} (it has {layers})")
             self.streams_mode = "captured"
             self._captured = path
             self.streams_label = f"captured streams from {path.name}"
             return
-        raise ValueError(
+        raise StreamsError(
             f"streams={streams!r}: expected 'auto', 'model', 'embedding', 'block0', a captured-streams .safetensors file "
             "or a callable (input_ids, token_types, layer) -> x"
         )
@@ -328,7 +324,7 @@ class Pipeline:
         if self.streams_mode == "captured":
             s = load_captured_streams(self._captured, layer, self.config)
             if not torch.equal(s.input_ids, ids):
-                raise ValueError(f"{self._captured}: its input_ids differ from the prompts being run")
+                raise StreamsError(f"{self._captured}: its input_ids differ from the prompts being run")
             self.streams_label = s.label.replace(f"entering Engram layer {layer} ", "")
             return s.x
         x = self._streams_fn(ids, types, layer)
@@ -384,7 +380,7 @@ class Pipeline:
         if self.streams_mode == "captured" and prompts is None:
             built = self._captured_prompts()
         elif prompts is None:
-            raise ValueError("run() needs prompts (strings, dicts or Prompt objects)")
+            raise InputError("run() needs prompts (strings, dicts or Prompt objects)")
         else:
             built = self.build(prompts)
         extra = [names] if isinstance(names, str) else list(names or [])

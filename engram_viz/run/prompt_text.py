@@ -13,15 +13,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from engram_viz.errors import EngramVizError
+from engram_viz.errors import PromptInputError
 
 MAX_CHARS = 20_000
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-class PromptInputError(EngramVizError, ValueError):
-    """A prompt the comparison cannot run; the message is shown in the widget."""
 
 
 def without_lone_surrogates(text: str) -> str:

@@ -36,7 +36,7 @@ import numpy as np
 
 from engram_viz.config import DATA_DIR, TEXT, EngramConfig
 from engram_viz.core.tokenizer import BOS_ID, get_tokenizer
-from engram_viz.errors import EngramVizError
+from engram_viz.errors import PromptError
 from engram_viz.run.images import ImagePromptError, ImageTextInput, build_input, check_placeholders
 from engram_viz.run.prompt_text import PromptInputError, check_prompt_text
 
@@ -53,10 +53,6 @@ CATEGORIES = (
 PAPER_CATEGORIES = ("english_entities", "chinese_entities", "idioms", "code", "math", "random_token", "image")
 RANDOM_ID_RANGE = (3, 128000)
 MAX_RANDOM_LENGTH = 1_000_000  # tokens of one random-token control
-
-
-class PromptError(EngramVizError, ValueError):
-    """A prompt file is missing, malformed or inconsistent."""
 
 
 @dataclass(frozen=True)

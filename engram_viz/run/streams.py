@@ -49,8 +49,8 @@ from safetensors.torch import save_file
 from engram_viz._files import atomic_path
 from engram_viz.config import IMAGE_END, TEXT, EngramConfig, load_config
 from engram_viz.core.block0 import Block0Source, block0_streams
+from engram_viz.errors import CheckpointError, InputTypeError, StreamsError
 from engram_viz.weights.block0_reader import open_block0
-from engram_viz.weights.errors import CheckpointError
 
 STREAM_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 ID_DTYPES = (torch.int64, torch.int32)
@@ -85,31 +85,31 @@ class Streams:
 def check_streams(x: Any, what: str, config: EngramConfig | None = None) -> torch.Tensor:
     """Raise unless ``x`` is a finite floating tensor ``[B, T, hc, dim]`` (hc, dim from ``config``)."""
     if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{what} must be a torch.Tensor [B, T, hc, dim], got {type(x).__name__}")
+        raise InputTypeError(f"{what} must be a torch.Tensor [B, T, hc, dim], got {type(x).__name__}")
     if x.dtype not in STREAM_DTYPES:
-        raise TypeError(f"{what} must be bf16, f16 or f32 streams, got {x.dtype}")
+        raise InputTypeError(f"{what} must be bf16, f16 or f32 streams, got {x.dtype}")
     if x.dim() != 4:
-        raise ValueError(f"{what} must have shape [B, T, hc, dim] (rank 4), got {list(x.shape)}")
+        raise StreamsError(f"{what} must have shape [B, T, hc, dim] (rank 4), got {list(x.shape)}")
     if config is not None and tuple(x.shape[2:]) != (config.hc_mult, config.dim):
-        raise ValueError(
+        raise StreamsError(
             f"{what} has shape {list(x.shape)}; config {config.name!r} expects [B, T, {config.hc_mult}, {config.dim}]"
         )
     if x.numel() and not bool(torch.isfinite(x).all()):
-        raise ValueError(f"{what} holds non-finite values (NaN or inf)")
+        raise StreamsError(f"{what} holds non-finite values (NaN or inf)")
     return x
 
 
 def _check_ids(ids: Any, what: str, bt: tuple[int, int], vocab: int | None = None) -> torch.Tensor:
     if not isinstance(ids, torch.Tensor) or ids.dtype not in ID_DTYPES:
-        raise TypeError(
+        raise InputTypeError(
             f"{what} must be an int64 or int32 tensor [B, T], got {getattr(ids, 'dtype', type(ids).__name__)}"
         )
     if tuple(ids.shape) != bt:
-        raise ValueError(f"{what} must have shape {list(bt)} (the streams' [B, T]), got {list(ids.shape)}")
+        raise StreamsError(f"{what} must have shape {list(bt)} (the streams' [B, T]), got {list(ids.shape)}")
     if vocab is not None and ids.numel():
         lo, hi = int(ids.min()), int(ids.max())
         if lo < 0 or hi >= vocab:
-            raise ValueError(f"{what} holds token id {lo if lo < 0 else hi}; expected raw ids in 0..{vocab - 1}")
+            raise StreamsError(f"{what} holds token id {lo if lo < 0 else hi}; expected raw ids in 0..{vocab - 1}")
     return ids.to(torch.int64)
 
 
@@ -118,7 +118,7 @@ def _check_token_types(tt: Any, what: str, bt: tuple[int, int]) -> torch.Tensor:
     if tt.numel():
         lo, hi = int(tt.min()), int(tt.max())
         if lo < TEXT or hi > IMAGE_END:
-            raise ValueError(f"{what} holds {lo if lo < TEXT else hi}; expected TEXT = -1 or image parts 0..3")
+            raise StreamsError(f"{what} holds {lo if lo < TEXT else hi}; expected TEXT = -1 or image parts 0..3")
     return tt
 
 
@@ -127,7 +127,7 @@ def _as_id_matrix(raw_ids: Any, what: str) -> torch.Tensor:
     if ids.dim() == 1:
         ids = ids.unsqueeze(0)
     if ids.dim() != 2 or ids.dtype not in ID_DTYPES:
-        raise ValueError(f"{what} must be int token ids [T] or [B, T], got {ids.dtype} {list(ids.shape)}")
+        raise StreamsError(f"{what} must be int token ids [T] or [B, T], got {ids.dtype} {list(ids.shape)}")
     return ids.to(torch.int64)
 
 
@@ -150,7 +150,7 @@ def embedding_streams(checkpoint: Any, raw_ids: Any, token_types: torch.Tensor |
         token_types = _check_token_types(_as_id_matrix(token_types, "token_types"), "token_types", bt)
     rows = checkpoint.embed.rows(ids)
     if tuple(rows.shape) != (*bt, config.dim):
-        raise ValueError(f"embed.rows returned {list(rows.shape)}; expected {[*bt, config.dim]}")
+        raise StreamsError(f"embed.rows returned {list(rows.shape)}; expected {[*bt, config.dim]}")
     x = rows.unsqueeze(2).repeat(1, 1, config.hc_mult, 1)
     weights = checkpoint.label
     if checkpoint.synthetic and "SYNTHETIC" not in weights:
@@ -175,7 +175,7 @@ def captured_layers(path: str | Path) -> list[int]:
         with safe_open(str(path), framework="pt") as f:
             names = list(f.keys())
     except SafetensorError as err:
-        raise ValueError(f"{path} is not a readable safetensors file: {err}") from None
+        raise StreamsError(f"{path} is not a readable safetensors file: {err}") from None
     return sorted(int(m.group(1)) for k in names if (m := _STREAMS_NAME.match(k)))
 
 
@@ -200,22 +200,22 @@ def load_captured_streams(
             meta = f.metadata() or {}
             layers = sorted(int(m.group(1)) for k in names if (m := _STREAMS_NAME.match(k)))
             if not layers:
-                raise ValueError(f"{path}: no 'streams.L<layer>' tensor found; tensors present: {sorted(names)}")
+                raise StreamsError(f"{path}: no 'streams.L<layer>' tensor found; tensors present: {sorted(names)}")
             if layer is None:
                 if len(layers) > 1:
-                    raise ValueError(f"{path} holds streams for layers {layers}; pass layer= to pick one")
+                    raise StreamsError(f"{path} holds streams for layers {layers}; pass layer= to pick one")
                 layer = layers[0]
             if layer not in layers:
-                raise ValueError(f"{path}: no 'streams.L{layer}' tensor; the file has streams for layers {layers}")
+                raise StreamsError(f"{path}: no 'streams.L{layer}' tensor; the file has streams for layers {layers}")
             if "input_ids" not in names:
-                raise ValueError(f"{path}: tensor 'input_ids' [B, T] is missing (tensors present: {sorted(names)})")
+                raise StreamsError(f"{path}: tensor 'input_ids' [B, T] is missing (tensors present: {sorted(names)})")
             x = f.get_tensor(f"streams.L{layer}")
             input_ids = f.get_tensor("input_ids")
             token_types = f.get_tensor("token_types") if "token_types" in names else None
     except SafetensorError as err:
-        raise ValueError(f"{path} is not a readable safetensors file: {err}") from None
+        raise StreamsError(f"{path} is not a readable safetensors file: {err}") from None
     if config is not None and layer not in config.engram_layer_ids:
-        raise ValueError(
+        raise StreamsError(
             f"{path}: layer {layer} is not an Engram layer of config {config.name!r} {list(config.engram_layer_ids)}"
         )
     x = check_streams(x, f"{path}: streams.L{layer}", config)
@@ -239,13 +239,13 @@ def save_captured_streams(
     captured-streams format; atomic (``engram_viz._files.atomic_path``)."""
     path = Path(path)
     if not streams:
-        raise ValueError("streams is empty; expected {layer: tensor [B, T, hc, dim]}")
+        raise StreamsError("streams is empty; expected {layer: tensor [B, T, hc, dim]}")
     tensors: dict[str, torch.Tensor] = {}
     bt = None
     for layer, x in streams.items():
         x = check_streams(x, f"streams[{layer}]")
         if bt is not None and tuple(x.shape[:2]) != bt:
-            raise ValueError(f"streams[{layer}] has [B, T] = {list(x.shape[:2])}, other layers have {list(bt)}")
+            raise StreamsError(f"streams[{layer}] has [B, T] = {list(x.shape[:2])}, other layers have {list(bt)}")
         bt = tuple(x.shape[:2])
         tensors[f"streams.L{int(layer)}"] = x.detach().cpu().contiguous()
     tensors["input_ids"] = _check_ids(input_ids, "input_ids", bt).cpu().contiguous()
@@ -273,7 +273,7 @@ def streams_from_tensor(
     config = load_config(config) if config is not None else None
     x = check_streams(x, "x", config)
     if config is not None and layer is not None and layer not in config.engram_layer_ids:
-        raise ValueError(
+        raise StreamsError(
             f"layer {layer} is not an Engram layer of config {config.name!r} {list(config.engram_layer_ids)}"
         )
     bt = (x.shape[0], x.shape[1])

@@ -40,7 +40,7 @@ from engram_viz._cache import file_sha256
 from engram_viz._files import atomic_path, atomic_write_text
 from engram_viz.config import IMAGE, IMAGE_END, IMAGE_NEWLINE, IMAGE_START, TEXT
 from engram_viz.core.hooks import HOOK_SITES, hook_name, parse_hook_name
-from engram_viz.errors import EngramVizError
+from engram_viz.errors import InputError, TraceError
 from engram_viz.run.trace_frames import TraceFrames
 
 FORMAT_VERSION = 2  # 2: trace.json carries trace_sha256, the checksum of its own content
@@ -48,10 +48,6 @@ IMAGE_PIECES = {IMAGE_START: "<img:start>", IMAGE: "<img>", IMAGE_NEWLINE: "<img
 _TENSORS_FILE, _JSON_FILE = "tensors.safetensors", "trace.json"
 _DOC_SHA256 = "trace_sha256"
 _BASE_TENSORS = ("input_ids", "compressed_ids", "token_types", "lengths")
-
-
-class TraceError(EngramVizError, ValueError):
-    """A Trace is inconsistent, or a saved one is missing, corrupt or mismatched."""
 
 
 def _doc_sha256(doc: Mapping[str, Any]) -> str:
@@ -201,7 +197,7 @@ class Trace(TraceFrames):
     def captured(self, kind: str) -> dict[int, torch.Tensor]:
         """Captured tensors of one hook kind keyed by layer id, e.g. ``trace.captured('dot')``."""
         if kind not in HOOK_SITES:
-            raise ValueError(f"unknown hook kind {kind!r}; expected one of {list(HOOK_SITES)}")
+            raise InputError(f"unknown hook kind {kind!r}; expected one of {list(HOOK_SITES)}")
         return {n: self.tensors[hook_name(n, kind)] for n in self.layer_ids if hook_name(n, kind) in self.tensors}
 
     def index(self, prompt_id: str) -> int:

@@ -23,9 +23,9 @@ from engram_viz.config import ConfigError, EngramConfig, match_preset
 from engram_viz.core import fp8
 from engram_viz.core.engram import Engram
 from engram_viz.core.tokenizer import get_tokenizer
+from engram_viz.errors import CheckpointError, InputTypeError
 from engram_viz.tiny.model import TinyEngramLM, TinyLMConfig, TrainableTable
 from engram_viz.weights.checkpoint import open_checkpoint
-from engram_viz.weights.errors import CheckpointError
 from engram_viz.weights.index import INDEX_FILE
 from engram_viz.weights.tables import InMemoryTable
 from engram_viz.weights.tiny_folder import (
@@ -57,7 +57,7 @@ def export_tensors(model: TinyEngramLM) -> dict[str, dict[str, torch.Tensor]]:
         p = f"layers.{key}.engram."
         table = e.table.weight if isinstance(e.table, TrainableTable) else None
         if table is None:
-            raise TypeError(f"Engram layer {key} has no trainable float table to export")
+            raise InputTypeError(f"Engram layer {key} has no trainable float table to export")
         eng[p + "embed.weight"], eng[p + "embed.scale"] = fp8.quantize_rows(table.detach().float())
         eng[p + "wkv.weight"], eng[p + "wkv.scale"] = fp8.quantize_matrix(e.wkv.weight.detach().float())
         eng[p + "q_weight"] = e.q_weight.detach().to(torch.bfloat16)

@@ -38,6 +38,7 @@ from engram_viz.config import EngramConfig, load_config
 from engram_viz.core.engram import Engram
 from engram_viz.core.hashing import hash_prompt
 from engram_viz.core.layout import EngramLayout
+from engram_viz.errors import InputError
 
 UNK_INDEX = 0  # row 0 of the small vocabulary: every raw id outside it
 
@@ -146,7 +147,7 @@ class TinyEngramLM(nn.Module):
         self.lm = lm
         self.provenance = provenance  # the ``training`` section of its config.json (recipe, seed, sources), if known
         if len(raw_ids) != lm.vocab_rows:
-            raise ValueError(f"raw_ids has {len(raw_ids)} entries, expected vocab_rows={lm.vocab_rows}")
+            raise InputError(f"raw_ids has {len(raw_ids)} entries, expected vocab_rows={lm.vocab_rows}")
         self.token_map = np.asarray(token_map)
         raw_ids = torch.as_tensor(raw_ids, dtype=torch.int64)
         self.register_buffer("raw_ids", raw_ids, persistent=False)
@@ -185,7 +186,7 @@ class TinyEngramLM(nn.Module):
         hash_ids optional precomputed ``[B, T, n_engram_layers, 24]``. Returns float32 logits
         ``[B, T, vocab_rows]``."""
         if input_ids.dim() != 2:
-            raise ValueError(f"input_ids must have shape [batch, seq_len], got {list(input_ids.shape)}")
+            raise InputError(f"input_ids must have shape [batch, seq_len], got {list(input_ids.shape)}")
         t = input_ids.shape[1]
         if len(self.engrams) and hash_ids is None:
             hash_ids = self.hash_ids(input_ids, token_mask)

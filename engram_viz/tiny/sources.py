@@ -32,7 +32,7 @@ import unicodedata
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from engram_viz.errors import EngramVizError
+from engram_viz.errors import EngramVizError, SourceMissingError
 
 DOC_CHARS = 1000  # grouped sources: a document closes once it reaches this many characters
 ZH_REFERENCE = Path("/usr/share/debian-reference/debian-reference.zh-cn.txt.gz")
@@ -67,10 +67,6 @@ SOURCES: dict[str, dict[str, str]] = {
         "lang": "zh",
     },
 }
-
-
-class SourceMissingError(EngramVizError, FileNotFoundError):
-    """A corpus source's Debian package is not installed (the message names it)."""
 
 
 def _missing(key: str, what: str) -> SourceMissingError:

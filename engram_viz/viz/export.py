@@ -23,7 +23,7 @@ import matplotlib
 from matplotlib.figure import Figure
 
 from engram_viz._files import atomic_write_bytes, atomic_write_text, atomic_writer
-from engram_viz.errors import EngramVizError
+from engram_viz.errors import BrowserNotFoundError, ExportError, InputError, InputTypeError
 from engram_viz.viz.style import paper_rc
 from engram_viz.viz.tokens import TokenView
 
@@ -49,14 +49,6 @@ _REMOTE = re.compile(
 _EXPORT_ONLY_RC = {"pdf.fonttype": 42, "ps.fonttype": 42, "svg.fonttype": "none", "svg.hashsalt": "engram-viz"}
 
 
-class ExportError(EngramVizError, RuntimeError):
-    """A figure could not be exported."""
-
-
-class BrowserNotFoundError(ExportError):
-    """Plotly static export needs Chrome/Chromium and none was found."""
-
-
 def save_matplotlib(fig: Figure, path: str | os.PathLike, *, dpi: float = 200, fmt: str | None = None) -> Path:
     """Save a matplotlib figure as PDF, SVG or PNG (format from ``fmt`` or the suffix).
 
@@ -66,7 +58,7 @@ def save_matplotlib(fig: Figure, path: str | os.PathLike, *, dpi: float = 200, f
     """
     fmt = _format_of(path, fmt)
     if fmt not in MATPLOTLIB_FORMATS:
-        raise ValueError(f"a matplotlib figure exports as {list(MATPLOTLIB_FORMATS)}, not {fmt!r} ({path})")
+        raise InputError(f"a matplotlib figure exports as {list(MATPLOTLIB_FORMATS)}, not {fmt!r} ({path})")
     theme = getattr(fig, "engram_viz_theme", None)
     rc = paper_rc(theme) if theme else _EXPORT_ONLY_RC
     metadata = {"pdf": {"CreationDate": None, "Creator": "engram-viz"}, "svg": {"Date": None}, "png": None}[fmt]
@@ -79,13 +71,13 @@ def check_offline_html(document: str, what: str = "HTML") -> None:
     """Raise ValueError if ``document`` loads a script, stylesheet, image or frame from the network."""
     found = _REMOTE.search(document)
     if found:
-        raise ValueError(f"{what} would load {found.group(0)!r}... from the network; expected a self-contained page")
+        raise InputError(f"{what} would load {found.group(0)!r}... from the network; expected a self-contained page")
 
 
 def save_html(document: str, path: str | os.PathLike) -> Path:
     """Write a self-contained HTML document (checked: nothing loaded from the network)."""
     if not isinstance(document, str):
-        raise TypeError(f"an HTML document must be a str, got {type(document).__name__}")
+        raise InputTypeError(f"an HTML document must be a str, got {type(document).__name__}")
     check_offline_html(document, f"HTML for {path}")
     return atomic_write_text(path, document)
 
@@ -141,7 +133,7 @@ def render_plotly(
     one browser session (MathJax off, plotly.js from the local plotly package: no network)."""
     for fmt in formats:
         if fmt not in ("png", "svg", "pdf"):
-            raise ValueError(f"plotly static export makes png, svg or pdf, not {fmt!r}")
+            raise InputError(f"plotly static export makes png, svg or pdf, not {fmt!r}")
     try:
         import kaleido
     except ImportError as err:
@@ -194,7 +186,7 @@ def save_plotly_image(
 def _format_of(path: str | os.PathLike, fmt: str | None) -> str:
     fmt = (fmt or Path(path).suffix.lstrip(".")).lower()
     if not fmt:
-        raise ValueError(f"cannot tell the format of {str(path)!r}: give it a suffix (.pdf, .svg, .png, .html)")
+        raise InputError(f"cannot tell the format of {str(path)!r}: give it a suffix (.pdf, .svg, .png, .html)")
     return fmt
 
 
@@ -212,7 +204,7 @@ def figure_kind(fig) -> str:
         return "html"
     if _is_plotly(fig):
         return "plotly"
-    raise TypeError(
+    raise InputTypeError(
         f"cannot export a {type(fig).__module__}.{type(fig).__name__}; expected a matplotlib Figure, a plotly "
         "Figure, a TokenView or an HTML str"
     )
@@ -231,7 +223,7 @@ def save_figure(
     matplotlib output, ``width`` / ``height`` / ``scale`` to plotly static output."""
     kind, fmt = figure_kind(fig), _format_of(path, None)
     if fmt not in _SUPPORTED[kind]:
-        raise ValueError(f"a {kind} figure exports as {list(_SUPPORTED[kind])}, not {fmt!r} ({path})")
+        raise InputError(f"a {kind} figure exports as {list(_SUPPORTED[kind])}, not {fmt!r} ({path})")
     if kind == "matplotlib":
         return save_matplotlib(fig, path, dpi=dpi)
     if kind == "html":
@@ -265,9 +257,9 @@ def export_all(
     wanted = [f.lower().lstrip(".") for f in (formats or DEFAULT_FORMATS[kind])]
     bad = [f for f in wanted if f not in _SUPPORTED[kind]]
     if bad:
-        raise ValueError(f"a {kind} figure exports as {list(_SUPPORTED[kind])}, not {bad}")
+        raise InputError(f"a {kind} figure exports as {list(_SUPPORTED[kind])}, not {bad}")
     if len(set(wanted)) != len(wanted):
-        raise ValueError(f"formats repeat: {wanted}")
+        raise InputError(f"formats repeat: {wanted}")
     stem = Path(stem)
     if stem.suffix.lstrip(".").lower() in {*MATPLOTLIB_FORMATS, *PLOTLY_FORMATS}:
         stem = stem.with_suffix("")  # 'fig.png' as a stem means 'fig'

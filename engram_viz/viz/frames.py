@@ -21,6 +21,8 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
+from engram_viz.errors import FrameError, InputTypeError
+
 GATE_COLUMNS = ("prompt", "position", "token", "is_image", "layer", "stream", "gate")
 ROW_COLUMNS = ("prompt", "position", "layer", "order", "head", "row")
 USAGE_COLUMNS = ("layer", "row", "hits")
@@ -42,12 +44,12 @@ HEADS_SHARED_COLUMNS = ("layer", "order", "heads_shared", "ngrams", "expected_ng
 def require_columns(frame: pd.DataFrame, columns: Iterable[str], what: str) -> None:
     """Raise a ValueError naming the frame and its missing columns (TypeError if not a frame)."""
     if not isinstance(frame, pd.DataFrame):
-        raise TypeError(f"the {what} frame must be a pandas DataFrame, got {type(frame).__name__}")
+        raise InputTypeError(f"the {what} frame must be a pandas DataFrame, got {type(frame).__name__}")
     missing = [c for c in columns if c not in frame.columns]
     if missing:
-        raise ValueError(f"the {what} frame lacks column(s) {missing}; it has {list(frame.columns)}")
+        raise FrameError(f"the {what} frame lacks column(s) {missing}; it has {list(frame.columns)}")
     if frame.empty:
-        raise ValueError(f"the {what} frame is empty")
+        raise FrameError(f"the {what} frame is empty")
 
 
 def _shown(values: Sequence) -> str:
@@ -59,12 +61,12 @@ def pick_one(frame: pd.DataFrame, column: str, value, what: str):
     values = list(pd.unique(frame[column]))
     if value is None:
         if len(values) != 1:
-            raise ValueError(
+            raise FrameError(
                 f"the {what} frame holds {len(values)} values of {column!r} ({_shown(values)}); pass {column}="
             )
         return values[0]
     if value not in values:
-        raise ValueError(f"{column} {value!r} is not in the {what} frame; expected one of: {_shown(values)}")
+        raise FrameError(f"{column} {value!r} is not in the {what} frame; expected one of: {_shown(values)}")
     return value
 
 
@@ -76,7 +78,7 @@ def pick_prompts(frame: pd.DataFrame, prompts: str | Sequence[str] | None, what:
     wanted = [prompts] if isinstance(prompts, str) else list(prompts)
     unknown = [p for p in wanted if p not in present]
     if unknown or not wanted:
-        raise ValueError(
+        raise FrameError(
             f"prompt(s) {unknown or wanted!r} not in the {what} frame; expected some of: {_shown(present)}"
         )
     return wanted
@@ -90,7 +92,7 @@ def pick_layers(frame: pd.DataFrame, layer: int | Sequence[int] | None, what: st
     wanted = [int(layer)] if np.isscalar(layer) else [int(v) for v in layer]
     unknown = [v for v in wanted if v not in present]
     if unknown or not wanted:
-        raise ValueError(f"layer(s) {unknown or wanted} not in the {what} frame; expected some of {present}")
+        raise FrameError(f"layer(s) {unknown or wanted} not in the {what} frame; expected some of {present}")
     return wanted
 
 
@@ -99,11 +101,11 @@ def gate_table(gates: pd.DataFrame, prompt, layer: int) -> pd.DataFrame:
     per stream (``0..hc_mult-1``) holding that stream's gate. Sorted by position."""
     sub = gates[(gates["prompt"] == prompt) & (gates["layer"] == layer)]
     if sub.empty:
-        raise ValueError(f"the gates frame has no rows for prompt {prompt!r} at layer {layer}")
+        raise FrameError(f"the gates frame has no rows for prompt {prompt!r} at layer {layer}")
     dup = sub.duplicated(["position", "stream"])
     if dup.any():
         pos, stream = sub.loc[dup, ["position", "stream"]].iloc[0]
-        raise ValueError(
+        raise FrameError(
             f"the gates frame repeats (prompt {prompt!r}, layer {layer}, position {pos}, stream {stream}); "
             "expected one gate per (prompt, position, layer, stream)"
         )
@@ -127,10 +129,10 @@ def reduce_streams(table: pd.DataFrame, stream: int | str) -> np.ndarray:
     if isinstance(stream, str):
         ops = {"mean": np.mean, "max": np.max, "min": np.min}
         if stream not in ops:
-            raise ValueError(f"stream {stream!r} is unknown; expected an int in {streams} or one of {sorted(ops)}")
+            raise FrameError(f"stream {stream!r} is unknown; expected an int in {streams} or one of {sorted(ops)}")
         return ops[stream](values, axis=1)
     if stream not in streams:
-        raise ValueError(
+        raise FrameError(
             f"stream {stream!r} is not in the gates frame; expected one of {streams} or 'mean'/'max'/'min'"
         )
     return values[:, streams.index(stream)]
@@ -163,4 +165,4 @@ def as_usage_frame(usage) -> pd.DataFrame:
             rows, hits = usage.row_hits(layer)
             parts.append(pd.DataFrame({"layer": layer, "row": np.asarray(rows, np.int64), "hits": np.asarray(hits)}))
         return pd.concat(parts, ignore_index=True)
-    raise TypeError(f"usage must be a DataFrame (layer, row, hits) or a RowUsage, got {type(usage).__name__}")
+    raise InputTypeError(f"usage must be a DataFrame (layer, row, hits) or a RowUsage, got {type(usage).__name__}")

@@ -22,7 +22,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import Colormap, LinearSegmentedColormap, to_rgb
 from matplotlib.figure import Figure
 
-from engram_viz.errors import EngramVizError
+from engram_viz.errors import CJKFontMissingError, CJKFontWarning, InputError
 
 # Preferred CJK families, Simplified Chinese first (Debian: fonts-noto-cjk).
 CJK_FAMILIES = (
@@ -42,14 +42,6 @@ LATIN_FAMILY = "DejaVu Sans"  # ships with matplotlib, so always present
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442")
 HEAT_CMAP = "cividis"
 IMAGE_LABEL = "[image]"
-
-
-class CJKFontWarning(UserWarning):
-    """No CJK-capable font was found; Chinese tokens would render as empty boxes."""
-
-
-class CJKFontMissingError(EngramVizError, RuntimeError):
-    """Raised by ``require_cjk_font`` when no CJK-capable font is installed."""
 
 
 @dataclass(frozen=True)
@@ -126,7 +118,7 @@ def get_theme(theme: str | Theme) -> Theme:
     if isinstance(theme, Theme):
         return theme
     if theme not in THEMES:
-        raise ValueError(f"theme {theme!r} is unknown; expected one of {sorted(THEMES)}")
+        raise InputError(f"theme {theme!r} is unknown; expected one of {sorted(THEMES)}")
     return THEMES[theme]
 
 

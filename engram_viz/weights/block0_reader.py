@@ -33,8 +33,8 @@ from engram_viz.core.block0_config import (
     expert_tensors,
 )
 from engram_viz.core.schema import EMBED_NAME
+from engram_viz.errors import CheckpointError
 from engram_viz.weights.embedding import TokenEmbedding
-from engram_viz.weights.errors import CheckpointError
 from engram_viz.weights.index import INDEX_FILE, read_json, read_weight_map
 from engram_viz.weights.rows import LazyRows
 from engram_viz.weights.safetensors import TensorInfo, read_safetensors_header, read_tensor

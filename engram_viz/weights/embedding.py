@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from engram_viz.weights.errors import CheckpointError
+from engram_viz.errors import CheckpointError
 from engram_viz.weights.rows import RowSource
 
 

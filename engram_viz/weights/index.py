@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from engram_viz.weights.errors import CheckpointError
+from engram_viz.errors import CheckpointError
 
 INDEX_FILE = "model.safetensors.index.json"
 

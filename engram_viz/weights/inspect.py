@@ -10,8 +10,7 @@ from pathlib import Path
 from engram_viz.config import ConfigError, EngramConfig
 from engram_viz.core.schema import EMBED_NAME, is_table_name
 from engram_viz.core.tokenizer import EngramTokenizer
-from engram_viz.errors import EngramVizError
-from engram_viz.weights.errors import CheckpointError
+from engram_viz.errors import CheckpointError, EngramVizError
 from engram_viz.weights.nonfinite import read_checked
 from engram_viz.weights.nonfinite_scan import verify_tensors
 from engram_viz.weights.safetensors import TensorInfo

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from engram_viz.weights.errors import CheckpointError
+from engram_viz.errors import NonFiniteError
 from engram_viz.weights.safetensors import TensorInfo, read_tensor
 
 # torch dtype -> (unsigned view of one element, bits that are all ones exactly when non-finite)
@@ -39,10 +39,6 @@ _WHAT = {
 }
 CHUNK_ELEMENTS = 1 << 22  # elements tested per step: temporaries stay a few MB
 SHOWN_ROWS = 8  # row ids named in a message
-
-
-class NonFiniteError(CheckpointError):
-    """A weight tensor holds NaN or Inf (names the file, the tensor and the rows)."""
 
 
 def nonfinite_rows(raw: np.ndarray, dtype: torch.dtype) -> np.ndarray:

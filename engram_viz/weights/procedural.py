@@ -12,6 +12,7 @@ import torch
 
 from engram_viz.config import FP8_BLOCK_SIZE
 from engram_viz.core import fp8
+from engram_viz.errors import InputError
 from engram_viz.weights.embedding import TokenEmbedding
 from engram_viz.weights.rows import RowSource
 from engram_viz.weights.tables import EngramTable
@@ -52,7 +53,7 @@ def procedural_values(ids: np.ndarray, cols: int, key: int) -> torch.Tensor:
     an Irwin-Hall (near-normal) distribution, mean 0 and standard deviation about 1.15.
     """
     if cols % 2:
-        raise ValueError(f"procedural rows need an even column count, got {cols}")
+        raise InputError(f"procedural rows need an even column count, got {cols}")
     words = cols // 2
     ids = np.asarray(ids, dtype=np.int64)
     out = torch.empty(len(ids), cols, dtype=torch.float32)
@@ -77,7 +78,7 @@ class ProceduralTable(EngramTable):
 
     def __init__(self, num_rows: int, head_dim: int, seed: int = 0, label: str | None = None):
         if num_rows <= 0 or head_dim <= 0 or head_dim % FP8_BLOCK_SIZE:
-            raise ValueError(
+            raise InputError(
                 f"procedural table needs num_rows > 0 and head_dim a multiple of {FP8_BLOCK_SIZE}, got {num_rows}, {head_dim}"
             )
         self.num_rows, self.head_dim, self.seed = int(num_rows), int(head_dim), int(seed)

@@ -32,15 +32,11 @@ import torch
 
 from engram_viz.config import FP8_BLOCK_SIZE
 from engram_viz.core import fp8
-from engram_viz.errors import EngramVizError
+from engram_viz.errors import RowEditError
 from engram_viz.weights.tables import EngramTable
 
 ZERO = "zero"
 E8M0_ONE = 127  # the e8m0 byte of the scale 1.0 (2**(127 - 127))
-
-
-class RowEditError(EngramVizError, ValueError):
-    """An edit names a row outside the table, an unknown spec or a row of the wrong shape."""
 
 
 @dataclass

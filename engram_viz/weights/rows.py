@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from engram_viz.weights.errors import CheckpointError, RowIdError
+from engram_viz.errors import CheckpointError, InputError, InputTypeError, RowIdError
 from engram_viz.weights.nonfinite import nonfinite_error, nonfinite_rows
 from engram_viz.weights.pread_kernel import GatherReads, compiled_gather, scratch_bytes
 from engram_viz.weights.safetensors import TensorInfo, pread_into
@@ -52,7 +52,7 @@ def check_row_ids(row_ids, num_rows: int, what: str) -> torch.Tensor:
     """
     ids = row_ids if isinstance(row_ids, torch.Tensor) else torch.as_tensor(np.asarray(row_ids))
     if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
-        raise TypeError(f"row ids for {what} must be integers, got {ids.dtype}")
+        raise InputTypeError(f"row ids for {what} must be integers, got {ids.dtype}")
     ids = ids.long()
     if ids.numel():
         if ids.device.type == "cpu":  # numpy: no intra-op thread start-up on a busy machine
@@ -152,7 +152,7 @@ class LazyRows(RowSource):
     def __init__(self, parts: Sequence[TensorInfo] | TensorInfo, num_rows: int | None = None, workers: int = 4):
         parts = [parts] if isinstance(parts, TensorInfo) else list(parts)
         if not parts:
-            raise ValueError("LazyRows needs at least one tensor part")
+            raise InputError("LazyRows needs at least one tensor part")
         first = parts[0]
         for p in parts:
             where = f"{p.path}: tensor {p.name!r}"

@@ -22,7 +22,7 @@ import torch
 
 from engram_viz._files import atomic_path
 from engram_viz.core.schema import SAFETENSORS_DTYPES
-from engram_viz.weights.errors import CheckpointError
+from engram_viz.errors import CheckpointError, InputError
 
 MAX_HEADER_BYTES = 100 * 2**20  # the safetensors library refuses larger headers too
 
@@ -186,7 +186,7 @@ def create_sparse_safetensors(
     offset = 0
     for name, (dtype, shape) in specs.items():
         if dtype not in SAFETENSORS_DTYPES:
-            raise ValueError(f"tensor {name!r}: unknown dtype {dtype!r}; expected one of {sorted(SAFETENSORS_DTYPES)}")
+            raise InputError(f"tensor {name!r}: unknown dtype {dtype!r}; expected one of {sorted(SAFETENSORS_DTYPES)}")
         nbytes = math.prod(shape) * SAFETENSORS_DTYPES[dtype][1]
         doc[name] = {"dtype": dtype, "shape": [int(s) for s in shape], "data_offsets": [offset, offset + nbytes]}
         offset += nbytes

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from engram_viz.config import EngramConfig
 from engram_viz.core.schema import EMBED_NAME, ENGRAM_RE, is_engram_path_name, is_table_name
-from engram_viz.weights.errors import CheckpointError
+from engram_viz.errors import CheckpointError
 from engram_viz.weights.index import INDEX_FILE, read_json, read_weight_map
 from engram_viz.weights.safetensors import SafetensorsHeader, TensorInfo, read_safetensors_header
 from engram_viz.weights.tiny_folder import checkpoint_label, is_tiny_lm_folder

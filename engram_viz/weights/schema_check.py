@@ -7,7 +7,7 @@ from pathlib import Path
 
 from engram_viz.config import ConfigError, EngramConfig, load_config, match_preset
 from engram_viz.core.schema import EMBED_NAME, expected_tensors, is_table_name
-from engram_viz.weights.errors import CheckpointError
+from engram_viz.errors import CheckpointError
 from engram_viz.weights.safetensors import TensorInfo
 from engram_viz.weights.scan import LAYOUT_MP, SINGLE_FILE, CheckpointScan
 from engram_viz.weights.tiny_folder import is_tiny_lm_folder

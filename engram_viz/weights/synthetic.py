@@ -30,10 +30,10 @@ from engram_viz.core import fp8
 from engram_viz.core.block0_config import Block0Config
 from engram_viz.core.schema import EMBED_NAME, engram_names, expected_tensors, is_table_name, wkv_shape
 from engram_viz.core.tokenizer import bundled_tokenizer_file
+from engram_viz.errors import CheckpointError, InputError
 from engram_viz.settings import cache_dir
 from engram_viz.weights.block0_synthetic import add_block0
 from engram_viz.weights.checkpoint import Checkpoint, EngramWeights, open_checkpoint
-from engram_viz.weights.errors import CheckpointError
 from engram_viz.weights.procedural import ProceduralEmbedding, ProceduralTable
 from engram_viz.weights.safetensors import read_safetensors_header, read_tensor
 from engram_viz.weights.scan import INDEX_FILE, LAYOUT_HF, LAYOUT_MP, LAYOUT_PROCEDURAL, MARKER_FILE
@@ -150,7 +150,7 @@ def write_synthetic_checkpoint(
         _write_folder(folder, cfg, seed, layout, world_size, tokenizer)
         if block0 is not None:
             if layout != LAYOUT_HF:
-                raise ValueError(f"block0= needs the hf layout, got {layout!r}")
+                raise InputError(f"block0= needs the hf layout, got {layout!r}")
             add_block0(folder, block0, lambda name: _generator(seed, name), {"engram_viz_synthetic": "true"})
     return out
 
@@ -158,16 +158,16 @@ def write_synthetic_checkpoint(
 def _check_write(cfg: EngramConfig, layout: str, world_size: int) -> None:
     """Refuse an unknown layout, a world size the layout cannot take and configs over 2 GiB."""
     if layout not in (LAYOUT_HF, LAYOUT_MP):
-        raise ValueError(f"layout must be 'hf' or 'mp', got {layout!r}")
+        raise InputError(f"layout must be 'hf' or 'mp', got {layout!r}")
     if world_size < 1 or (layout == LAYOUT_HF and world_size != 1):
-        raise ValueError(f"world_size {world_size}: expected 1 for the hf layout, >= 1 for mp")
+        raise InputError(f"world_size {world_size}: expected 1 for the hf layout, >= 1 for mp")
     if layout == LAYOUT_MP and cfg.vocab_size % world_size:
-        raise ValueError(
+        raise InputError(
             f"world_size {world_size} must divide vocab_size {cfg.vocab_size} (embed.weight is split evenly)"
         )
     size = synthetic_bytes(cfg)
     if size > MAX_WRITE_BYTES:
-        raise ValueError(
+        raise InputError(
             f"a synthetic {cfg.name!r} checkpoint would take {size / 1e9:.1f} GB; use synthetic_checkpoint({cfg.name!r}), "
             "which serves procedural tables without writing them"
         )

@@ -23,7 +23,7 @@ import torch
 
 from engram_viz.config import FP8_BLOCK_SIZE
 from engram_viz.core import fp8
-from engram_viz.weights.errors import CheckpointError
+from engram_viz.errors import CheckpointError
 from engram_viz.weights.nonfinite import nonfinite_error, tensor_nonfinite_rows
 from engram_viz.weights.row_cache import RowCache
 from engram_viz.weights.rows import LazyRows, check_row_ids, take_rows, unique_ids

@@ -19,8 +19,8 @@ import numpy as np
 import torch
 
 from engram_viz.config import DATA_DIR, load_config
+from engram_viz.errors import CheckpointError
 from engram_viz.weights.embedding import TokenEmbedding
-from engram_viz.weights.errors import CheckpointError
 from engram_viz.weights.index import INDEX_FILE, read_json, read_weight_map
 from engram_viz.weights.nonfinite import read_checked
 from engram_viz.weights.rows import RowSource

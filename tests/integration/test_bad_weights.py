@@ -16,10 +16,9 @@ import pytest
 from safetensors.torch import load_file, save_file
 from weights_kit import poke
 
-from engram_viz.errors import EngramVizError
+from engram_viz.errors import CheckpointError, EngramVizError
 from engram_viz.run.pipeline import Pipeline
 from engram_viz.tiny.files import load_tiny_model
-from engram_viz.weights.errors import CheckpointError
 from engram_viz.weights.index import INDEX_FILE
 from engram_viz.weights.nonfinite import NonFiniteError
 from engram_viz.weights.safetensors import read_safetensors_header

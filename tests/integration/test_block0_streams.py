@@ -17,9 +17,9 @@ from engram_viz.core.hyper import hc_mixes
 from engram_viz.core.moe import moe
 from engram_viz.core.tokenizer import get_tokenizer
 from engram_viz.core.window_attention import window_attention
+from engram_viz.errors import CheckpointError
 from engram_viz.weights.block0_reader import open_block0
 from engram_viz.weights.checkpoint import open_checkpoint
-from engram_viz.weights.errors import CheckpointError
 from engram_viz.weights.synthetic import write_synthetic_checkpoint
 
 GATE_TOL = 1e-2  # layer-1 gates, block-0 streams vs the float64 formulation's streams

@@ -11,11 +11,11 @@ import torch
 from engram_viz.cli import build_parser
 from engram_viz.core.schema import expected_tensors
 from engram_viz.core.tokenizer import get_tokenizer
+from engram_viz.errors import CheckpointError
 from engram_viz.tiny.files import load_tiny_model, save_tiny_model
 from engram_viz.tiny.model import TinyEngramLM, TinyLMConfig, engram_config, gates_forced
 from engram_viz.tiny.train import TrainSettings
 from engram_viz.weights.checkpoint import open_checkpoint
-from engram_viz.weights.errors import CheckpointError
 from engram_viz.weights.resolve import default_checkpoint
 from engram_viz.weights.safetensors import read_safetensors_header
 from engram_viz.weights.scan import INDEX_FILE

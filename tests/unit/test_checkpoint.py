@@ -24,8 +24,8 @@ from weights_kit import (
 from engram_viz.config import CONFIG_DIR
 from engram_viz.core import fp8
 from engram_viz.core.schema import expected_tensors
+from engram_viz.errors import CheckpointError, RowIdError
 from engram_viz.weights.checkpoint import open_checkpoint
-from engram_viz.weights.errors import CheckpointError, RowIdError
 from engram_viz.weights.inspect import inspect_checkpoint
 from engram_viz.weights.safetensors import create_sparse_safetensors, read_safetensors_header, read_tensor
 from engram_viz.weights.scan import scan_checkpoint

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from weights_kit import SHARD, listing
 
+from engram_viz.errors import CheckpointError
 from engram_viz.weights.checkpoint import open_checkpoint
-from engram_viz.weights.errors import CheckpointError
 from engram_viz.weights.index import INDEX_FILE
 from engram_viz.weights.inspect import inspect_checkpoint
 

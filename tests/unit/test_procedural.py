@@ -10,8 +10,8 @@ from weights_kit import (
 )
 
 from engram_viz.core import fp8
+from engram_viz.errors import RowIdError
 from engram_viz.weights import procedural as P
-from engram_viz.weights.errors import RowIdError
 from engram_viz.weights.procedural import ProceduralEmbedding, ProceduralTable
 
 

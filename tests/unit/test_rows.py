@@ -22,9 +22,9 @@ from weights_kit import (
     write_tiny_table,
 )
 
+from engram_viz.errors import CheckpointError, RowIdError
 from engram_viz.weights import rows as R
 from engram_viz.weights.embedding import TokenEmbedding
-from engram_viz.weights.errors import CheckpointError, RowIdError
 from engram_viz.weights.rows import LazyRows
 from engram_viz.weights.safetensors import create_sparse_safetensors, read_safetensors_header, read_tensor
 from engram_viz.weights.tables import InMemoryTable, LazyTable

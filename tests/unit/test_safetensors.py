@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from engram_viz.weights.errors import CheckpointError
+from engram_viz.errors import CheckpointError
 from engram_viz.weights.safetensors import read_safetensors_header, read_tensor
 
 

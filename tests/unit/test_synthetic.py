@@ -17,11 +17,11 @@ from weights_kit import (
 
 from engram_viz.core import fp8
 from engram_viz.core.schema import engram_names, expected_tensors
+from engram_viz.errors import RowIdError
 from engram_viz.tiny.model import engram_config
 from engram_viz.tiny.train import TrainSettings
 from engram_viz.weights import synthetic as S
 from engram_viz.weights.checkpoint import open_checkpoint
-from engram_viz.weights.errors import RowIdError
 from engram_viz.weights.procedural import ProceduralTable
 from engram_viz.weights.resolve import default_checkpoint
 from engram_viz.weights.synthetic import synthetic_checkpoint, write_synthetic_checkpoint

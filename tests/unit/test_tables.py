@@ -15,7 +15,7 @@ from weights_kit import (
 )
 
 from engram_viz.core import fp8
-from engram_viz.weights.errors import CheckpointError, RowIdError
+from engram_viz.errors import CheckpointError, RowIdError
 from engram_viz.weights.procedural import ProceduralTable
 from engram_viz.weights.tables import InMemoryTable, LazyTable
 

@@ -15,6 +15,7 @@ import numpy as np
 from engram_viz.analysis.corpus.ngram_counts import NgramCounts
 from engram_viz.analysis.corpus.row_ids import ngram_hashes
 from engram_viz.core.layout import EngramLayout
+from engram_viz.errors import InputError
 
 
 @dataclass
@@ -105,7 +106,7 @@ def bucket_lookup(buckets: np.ndarray, prime: int, query: np.ndarray) -> np.ndar
     int64 ``[Q]`` (sort + search; ``prime`` is only checked against)."""
     query = np.asarray(query, dtype=np.int64)
     if len(query) and (query.min() < 0 or query.max() >= prime):
-        raise ValueError(f"query buckets must lie in 0..{prime - 1}")
+        raise InputError(f"query buckets must lie in 0..{prime - 1}")
     b, n = np.unique(buckets, return_counts=True)
     if not len(b):
         return np.zeros(len(query), dtype=np.int64)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from engram_viz.errors import EngramVizError
+from engram_viz.errors import CorpusError
 
 DOC_MODES = ("paragraph", "line", "file")
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
@@ -54,10 +54,6 @@ class Span(NamedTuple):
     def shown(self) -> Path:
         """The corpus file the span's documents come from, as errors name it."""
         return self.source or self.path
-
-
-class CorpusError(EngramVizError, ValueError):
-    """A corpus file is missing or malformed, or the default corpus is not installed."""
 
 
 def is_gzip(path: str | Path) -> bool:
@@ -118,7 +114,7 @@ def document_spans(
         raise CorpusError(f"corpus file {path} does not exist")
     gz = is_gzip(path)
     if gz and spool is None:
-        raise ValueError(f"{path} is gzipped: document_spans needs a spool file to decompress it into")
+        raise CorpusError(f"{path} is gzipped: document_spans needs a spool file to decompress it into")
     every_line = is_jsonl(path) or doc_mode == "line"  # else after a blank line (paragraph) or never (file)
     start = pos = lines = line0 = 0
     try:

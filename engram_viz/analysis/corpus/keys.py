@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from engram_viz.errors import InputError
+
 KEY_BITS = 17  # bits per compressed id in a packed key (the compressed vocab 99,092 < 2**17)
 
 
 def check_order(order: int) -> None:
     """Raise unless keys of ``order`` ids fit ``(group, lo)``."""
     if order * KEY_BITS - 64 > KEY_BITS:
-        raise ValueError(
+        raise InputError(
             f"n-gram keys of order {order} need {order * KEY_BITS} bits; at most {64 + KEY_BITS} supported"
         )
 
@@ -27,7 +29,7 @@ def pack_ngrams(ngrams: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     n = g.shape[1]
     check_order(n)
     if g.size and (g.min() < 0 or g.max() >= 1 << KEY_BITS):
-        raise ValueError(f"n-gram ids must lie in 0..{(1 << KEY_BITS) - 1} (pad, never DEAD)")
+        raise InputError(f"n-gram ids must lie in 0..{(1 << KEY_BITS) - 1} (pad, never DEAD)")
     u = g.astype(np.uint64)
     lo = np.zeros(len(g), dtype=np.uint64)
     for i in range(n):  # i = 0 is the oldest id, in the top bits

@@ -18,6 +18,7 @@ from engram_viz.analysis.corpus.keys import KEY_BITS, check_order, pack_ngrams, 
 from engram_viz.analysis.corpus.spill import KEY_BYTES, SpillStore, merge_sorted, parse_memory_limit
 from engram_viz.analysis.corpus.windows import bool_mask, sequence_windows, window_ngrams
 from engram_viz.config import EngramConfig, load_config
+from engram_viz.errors import CorpusError, InputError
 
 
 def key_partition(group: int, lo: np.ndarray, parts: int) -> np.ndarray:
@@ -69,7 +70,7 @@ class NgramCounts:
         """Count the n-grams of windows ``[N, max_ngram]``; mask bool ``[N]`` (False = skip)."""
         w = np.asarray(windows)
         if w.ndim != 2 or w.shape[1] != self.config.engram_max_ngram_size:
-            raise ValueError(f"windows must have shape [N, {self.config.engram_max_ngram_size}], got {list(w.shape)}")
+            raise InputError(f"windows must have shape [N, {self.config.engram_max_ngram_size}], got {list(w.shape)}")
         if mask is not None:
             mask = bool_mask("mask", mask, (len(w),))
             self.n_masked += int(len(w) - mask.sum())
@@ -129,7 +130,7 @@ class NgramCounts:
     def merge(self, other: NgramCounts) -> NgramCounts:
         """Add ``other``'s counts into this one (in place); returns self."""
         if other.config.engram_max_ngram_size != self.config.engram_max_ngram_size:
-            raise ValueError("cannot merge n-gram counts of different max n-gram sizes")
+            raise InputError("cannot merge n-gram counts of different max n-gram sizes")
         for n in self.orders:
             for g, lo, c in other.groups(n):
                 self.add_sorted(n, g, lo, c)
@@ -194,7 +195,7 @@ class NgramCounts:
     def ngrams(self, order: int) -> tuple[np.ndarray, np.ndarray]:
         """All distinct n-grams of one order, sorted: ``(ids int64 [U, order] oldest first, counts int64 [U])``."""
         if order not in self.orders:
-            raise ValueError(f"n-gram order {order} out of range; expected one of {list(self.orders)}")
+            raise InputError(f"n-gram order {order} out of range; expected one of {list(self.orders)}")
         parts = [(unpack_ngrams(g, lo, order), c) for g, lo, c in self.groups(order)]
         if not parts:
             return np.empty((0, order), np.int64), np.empty(0, np.int64)
@@ -257,7 +258,7 @@ class NgramCounts:
         out = cls(config)
         with read_npz(path, "n-gram counts", ValueError) as (meta, data):
             if int(meta[2]) != out.config.engram_max_ngram_size:
-                raise ValueError(
+                raise CorpusError(
                     f"{path} holds n-grams up to order {int(meta[2])}; config {out.config.name!r} expects "
                     f"{out.config.engram_max_ngram_size}"
                 )

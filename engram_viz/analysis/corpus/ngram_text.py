@@ -7,6 +7,7 @@ import numpy as np
 from engram_viz.analysis.corpus.windows import DEAD
 from engram_viz.config import EngramConfig
 from engram_viz.core.tokenizer import get_tokenizer
+from engram_viz.errors import InputError
 
 
 class NgramDecoder:
@@ -27,7 +28,7 @@ class NgramDecoder:
         else:
             rc = np.asarray(raw_counts)
             if rc.shape != token_map.shape:
-                raise ValueError(f"raw_counts must have shape {list(token_map.shape)}, got {list(rc.shape)}")
+                raise InputError(f"raw_counts must have shape {list(token_map.shape)}, got {list(rc.shape)}")
             order = np.lexsort((-raw, rc))  # ascending count, ties: higher id first -> most frequent, lowest id last
         first = np.full(int(token_map.max()) + 1, -1, dtype=np.int64)
         first[token_map[order]] = order
@@ -40,7 +41,7 @@ class NgramDecoder:
         if todo:
             bad = [i for i in todo if not (i == DEAD or 0 <= i < len(self._first))]
             if bad:
-                raise ValueError(f"compressed id {bad[0]} out of range; expected 0..{len(self._first) - 1}")
+                raise InputError(f"compressed id {bad[0]} out of range; expected 0..{len(self._first) - 1}")
             raw = [int(self._first[i]) for i in todo if i not in (DEAD, self.pad_id)]
             texts = iter(self.tokenizer.pieces(raw))
             for i in todo:

@@ -25,14 +25,10 @@ from pathlib import Path
 import numpy as np
 
 from engram_viz._files import atomic_writer
-from engram_viz.errors import EngramVizError
+from engram_viz.errors import MemoryLimitError
 
 KEY_BYTES = 16  # a distinct key costs 8 bytes of key and 8 of count
 MIN_CHUNK = 1 << 12  # keys per run per merge step, at least
-
-
-class MemoryLimitError(EngramVizError, ValueError):
-    """A memory limit that is not a positive number of bytes."""
 
 
 def parse_memory_limit(value: str | int | None) -> int | None:

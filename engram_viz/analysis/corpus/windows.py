@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engram_viz.config import EngramConfig, load_config
+from engram_viz.errors import InputError, InputTypeError
 
 DEAD = -1  # compressed-id sentinel of masked (image) positions, as in hashing.DEAD
 
@@ -35,11 +36,11 @@ def int64_ids(name: str, a, ndim: int | tuple[int, ...]) -> np.ndarray:
     arr = np.asarray(a)
     ndims = (ndim,) if isinstance(ndim, int) else ndim
     if arr.ndim not in ndims:
-        raise ValueError(
+        raise InputError(
             f"{name} must have {' or '.join(str(d) for d in ndims)} dimensions, got shape {list(arr.shape)}"
         )
     if arr.size and not np.issubdtype(arr.dtype, np.integer):
-        raise TypeError(f"{name} must hold integer ids, got dtype {arr.dtype}")
+        raise InputTypeError(f"{name} must hold integer ids, got dtype {arr.dtype}")
     return arr.astype(np.int64, copy=False)
 
 
@@ -49,9 +50,9 @@ def bool_mask(name: str, a, shape: tuple[int, ...]) -> np.ndarray:
         a = a.detach().cpu().numpy()
     arr = np.asarray(a)
     if arr.dtype != np.bool_:
-        raise TypeError(f"{name} must be a bool array, got dtype {arr.dtype}")
+        raise InputTypeError(f"{name} must be a bool array, got dtype {arr.dtype}")
     if arr.shape != shape:
-        raise ValueError(f"{name} has shape {list(arr.shape)}, expected {list(shape)}")
+        raise InputError(f"{name} has shape {list(arr.shape)}, expected {list(shape)}")
     return arr
 
 
@@ -121,7 +122,7 @@ class StreamWindows:
         self.config = load_config(config)
         self.token_map = np.asarray(token_map, dtype=np.int64)
         if self.token_map.shape != (self.config.vocab_size,):
-            raise ValueError(f"token_map must have shape [{self.config.vocab_size}], got {list(self.token_map.shape)}")
+            raise InputError(f"token_map must have shape [{self.config.vocab_size}], got {list(self.token_map.shape)}")
         self.pad_id = int(self.token_map[self.config.engram_pad_id])
         self.max_ngram = self.config.engram_max_ngram_size
         self.context: WindowContext | None = None
@@ -131,7 +132,7 @@ class StreamWindows:
         raw = int64_ids("raw_ids", raw_ids, 1)
         if raw.size and (raw.min() < 0 or raw.max() >= len(self.token_map)):
             bad = raw[(raw < 0) | (raw >= len(self.token_map))][0]
-            raise ValueError(f"raw_ids holds token id {int(bad)}; expected 0..{len(self.token_map) - 1}")
+            raise InputError(f"raw_ids holds token id {int(bad)}; expected 0..{len(self.token_map) - 1}")
         c = self.token_map[raw]
         if token_mask is not None:
             c = np.where(bool_mask("token_mask", token_mask, raw.shape), c, DEAD)

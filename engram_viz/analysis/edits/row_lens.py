@@ -30,12 +30,8 @@ import torch
 
 from engram_viz.analysis.row_stats.row_index import RowIndex
 from engram_viz.core.layout import EngramLayout, RowOwner
-from engram_viz.errors import EngramVizError
+from engram_viz.errors import LensError
 from engram_viz.run.pipeline import Pipeline
-
-
-class LensError(EngramVizError, ValueError):
-    """A lens asked of a model without an LM head, or a position outside the text."""
 
 
 @dataclass

@@ -23,15 +23,11 @@ import torch
 from engram_viz.config import EngramConfig
 from engram_viz.core.hashing import hash_prompt
 from engram_viz.core.layout import EngramLayout
-from engram_viz.errors import EngramVizError
+from engram_viz.errors import EditTargetError
 from engram_viz.run.images import build_input
 from engram_viz.run.trace import token_pieces
 
 SCOPES = ("inside", "ending")
-
-
-class EditTargetError(EngramVizError, ValueError):
-    """An entity not found in its text, or one too short to hold an n-gram."""
 
 
 def ngram_rows(layout: EngramLayout, ngram, layers=None) -> dict[int, np.ndarray]:

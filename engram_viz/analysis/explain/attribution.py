@@ -52,6 +52,7 @@ import torch
 
 from engram_viz.core.engram import Engram, engram_dot, engram_gate
 from engram_viz.core.layout import EngramLayout
+from engram_viz.errors import InputError
 
 CHUNK_FLOATS = 1 << 24  # float32 elements of the left-out keys per chunk of positions (64 MiB)
 LEFT_OUT = ("loo_row", "loo_head", "coalitions", "loo_order", "shapley")
@@ -118,7 +119,7 @@ class LayerAttribution:
         """Sum a per-column tensor ``[T, 24, ...]`` into ``[T, n_orders | n_heads, ...]`` (kind ``order`` or ``head``)."""
         owner = {"order": self.orders, "head": self.heads}.get(kind)
         if owner is None:
-            raise ValueError(f"group kind {kind!r} unknown; expected 'order' or 'head'")
+            raise InputError(f"group kind {kind!r} unknown; expected 'order' or 'head'")
         ids = sorted(set(owner.tolist()))
         index = torch.as_tensor([ids.index(o) for o in owner.tolist()])
         out = t.new_zeros((t.shape[0], len(ids), *t.shape[2:]))
@@ -191,7 +192,7 @@ def shapley_values(coalitions: torch.Tensor) -> torch.Tensor:
     (bit i of the index = player i in the coalition); they sum to ``v(all) - v(none)``."""
     p = coalitions.shape[-2].bit_length() - 1
     if 2**p != coalitions.shape[-2]:
-        raise ValueError(f"coalition values must number a power of two, got {coalitions.shape[-2]}")
+        raise InputError(f"coalition values must number a power of two, got {coalitions.shape[-2]}")
     out = coalitions.new_zeros((*coalitions.shape[:-2], p, coalitions.shape[-1]))
     for i in range(p):
         others = [j for j in range(p) if j != i]

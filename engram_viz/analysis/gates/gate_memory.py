@@ -39,7 +39,7 @@ from engram_viz.analysis.corpus.windows import sequence_blocked, sequence_window
 from engram_viz.analysis.row_stats.trace_ngrams import trace_sequences
 from engram_viz.config import EngramConfig
 from engram_viz.core.tokenizer import get_tokenizer
-from engram_viz.errors import EngramVizError
+from engram_viz.errors import EngramVizError, InputError
 from engram_viz.run.trace import Trace
 from engram_viz.settings import cache_dir
 from engram_viz.tiny.data import batch_offsets, build_corpus, windows_at
@@ -59,7 +59,7 @@ def sequence_counts(compressed: np.ndarray, text: np.ndarray, counts: NgramCount
     where the n-gram is blocked or the position is an image."""
     max_ngram = int(counts.config.engram_max_ngram_size)
     if not 2 <= order <= max_ngram:
-        raise ValueError(f"order must be in 2..{max_ngram}, got {order}")
+        raise InputError(f"order must be in 2..{max_ngram}, got {order}")
     windows, mask = sequence_windows(compressed, counts.pad_id, max_ngram, text)
     blocked = sequence_blocked(compressed, max_ngram, text)[:, order - 1] | ~mask
     return np.where(blocked, -1, counts.count_of(window_ngrams(windows, order)))

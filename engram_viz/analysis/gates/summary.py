@@ -13,6 +13,8 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from engram_viz.errors import FrameError
+
 
 def gate_overview(gates: pd.DataFrame) -> pd.DataFrame:
     """Mean gate per (category, layer), one column per stream and one over all streams (text positions).
@@ -65,7 +67,7 @@ def stream_selectivity(
     text = gates[~gates["is_image"].astype(bool)]
     if label is not None:
         if label not in text.columns:
-            raise ValueError(f"the gates frame has no column {label!r}; it has {list(text.columns)}")
+            raise FrameError(f"the gates frame has no column {label!r}; it has {list(text.columns)}")
         flag = text[label]
         pos, neg = text[flag.eq(True)], text[flag.eq(False)]
         what = f"{label} True and False"
@@ -74,7 +76,7 @@ def stream_selectivity(
         neg = text[text["category"].isin(controls)]
         what = f"both {list(patterns)} and {list(controls)} prompts"
     if pos.empty or neg.empty:
-        raise ValueError(
+        raise FrameError(
             f"stream_selectivity needs text positions of {what}; "
             f"the frame has categories {sorted(pd.unique(gates['category']))}"
         )

@@ -55,6 +55,7 @@ from engram_viz.analysis.corpus.windows import sequence_windows, window_ngrams
 from engram_viz.analysis.row_stats.accumulator import NgramAccumulator
 from engram_viz.analysis.row_stats.usage import RowUsage
 from engram_viz.core.layout import EngramLayout
+from engram_viz.errors import InputError
 
 
 def poisson_binomial(probs: np.ndarray) -> np.ndarray:
@@ -339,7 +340,7 @@ class CollisionStats(NgramAccumulator):
         optional list of bool ``[T_i]`` masks) in one pass: a list of bool ``[T_i, n_layers, 24]``."""
         sequences = [np.asarray(x.detach().cpu().numpy() if hasattr(x, "detach") else x) for x in sequences]
         if token_masks is not None and len(token_masks) != len(sequences):
-            raise ValueError(
+            raise InputError(
                 f"token_masks has {len(token_masks)} entries, expected one per sequence ({len(sequences)})"
             )
         parts = [
@@ -378,7 +379,7 @@ def analyse_together(
     """Fill both analyses' tables in one pass over the columns (each column's occupancy computed
     once). ``usage`` and ``collisions`` must share one :class:`NgramCounts`."""
     if usage.counts is not collisions.counts:
-        raise ValueError("analyse_together needs a RowUsage and a CollisionStats over the same NgramCounts")
+        raise InputError("analyse_together needs a RowUsage and a CollisionStats over the same NgramCounts")
     u = usage._consumer(top, ngrams_per_row)
     c = collisions._consumer(n_examples, ngrams_per_bucket, candidates)
     run_column_pass(usage.layout, usage.counts, [u, c])

@@ -26,13 +26,9 @@ from engram_viz.analysis.corpus.bucket_passes import ColumnView, iter_columns
 from engram_viz.analysis.corpus.ngram_counts import NgramCounts
 from engram_viz.config import EngramConfig, load_config
 from engram_viz.core.layout import EngramLayout
-from engram_viz.errors import EngramVizError
+from engram_viz.errors import RowIndexError
 
 FORMAT = 1
-
-
-class RowIndexError(EngramVizError, ValueError):
-    """A row-index file that is unreadable or built for another config."""
 
 
 @dataclass
