@@ -10,6 +10,7 @@ import sys
 import numpy as np
 import torch
 
+from engram_viz.analysis.corpus.documents import DocumentSpec
 from engram_viz.analysis.explain.explanation import explain
 from engram_viz.apps.app import serve
 from engram_viz.apps.corpus_job import run_corpus
@@ -118,9 +119,7 @@ def cmd_corpus(args: argparse.Namespace) -> None:
         config=config,
         tokenizer=get_tokenizer(config, args.tokenizer),
         max_tokens=args.max_tokens,
-        text_field=args.text_field,
-        doc_mode=args.doc_mode,
-        bos=not args.no_bos,
+        spec=DocumentSpec(text_field=args.text_field, doc_mode=args.doc_mode, bos=not args.no_bos),
         top=args.top,
         save_counts=args.save_counts,
         progress=not args.no_progress,

@@ -29,6 +29,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -37,7 +38,7 @@ from engram_viz._files import atomic_folder, atomic_write_text, write_table
 from engram_viz.analysis.corpus.counting import CorpusStats, checked_files, count_corpus
 from engram_viz.analysis.corpus.dask_counting import checked_workers, count_corpus_dask, dask_client
 from engram_viz.analysis.corpus.default_corpus import default_corpus_files, default_corpus_sources
-from engram_viz.analysis.corpus.documents import CorpusError
+from engram_viz.analysis.corpus.documents import CorpusError, DocumentSpec
 from engram_viz.analysis.corpus.ngram_counts import NgramCounts
 from engram_viz.analysis.corpus.ngram_text import NgramDecoder
 from engram_viz.analysis.corpus.spill import parse_memory_limit
@@ -63,24 +64,34 @@ class CorpusResult:
     out_dir: Path
 
 
-def _count(job: tuple, out_dir, max_tokens, workers, scheduler, processes, limit) -> CorpusStats:
+def _count(
+    files: list[Path],
+    cfg: EngramConfig,
+    tok: Any,
+    spec: DocumentSpec,
+    out_dir: str | Path,
+    *,
+    max_tokens: int | None,
+    workers: int | None,
+    scheduler: str | None,
+    processes: bool,
+    limit: int | None,
+    progress: bool,
+) -> CorpusStats:
     """The counting step of ``run_corpus``: in this process, or on Dask. Spilled runs (and on Dask,
     the decompressed copies of gzipped files) go into hidden folders beside ``out_dir`` named like
     ``atomic_folder``'s build folder, so the next run into ``out_dir`` clears what a killed run left."""
-    files, cfg, tok, text_field, doc_mode, bos, progress = job
     target = Path(os.path.realpath(out_dir))
     counts = NgramCounts(cfg, int(tok.token_map[cfg.engram_pad_id]), limit, target.parent, f".{target.name}.new-spill")
     if not (bool(scheduler) or (workers or 1) > 1):
-        return count_corpus(files, cfg, tok, max_tokens, text_field, doc_mode, bos, progress=progress, counts=counts)
+        return count_corpus(files, cfg, tok, max_tokens, spec, progress=progress, counts=counts)
     with dask_client(workers, scheduler, processes) as client:
         return count_corpus_dask(
             client,
             checked_files(files),
             cfg,
             tok,
-            text_field,
-            doc_mode,
-            bos,
+            spec,
             progress=progress,
             memory_limit=limit,
             counts=counts,
@@ -95,9 +106,7 @@ def run_corpus(
     config: EngramConfig | str | None = None,
     tokenizer=None,
     max_tokens: int | None = None,
-    text_field: str = "text",
-    doc_mode: str = "paragraph",
-    bos: bool = True,
+    spec: DocumentSpec | None = None,
     top: int = 20,
     save_counts: bool = False,
     progress: bool = True,
@@ -108,7 +117,7 @@ def run_corpus(
 ) -> CorpusResult:
     """The ``engram-viz corpus`` job: count ``files`` (None: ``default_corpus_files()``) under
     ``config`` (None: the default weights', as ``count_corpus``), derive
-    the row-usage and collision tables, write them and ``summary.json`` to ``out_dir`` (whole, or
+    the row-usage and collision tables (documents as ``spec`` says, default ``DocumentSpec()``), write them and ``summary.json`` to ``out_dir`` (whole, or
     not at all). ``workers`` > 1 or ``scheduler``: count on Dask (``corpus_engine``; a local
     cluster of ``workers``, or the cluster at ``scheduler``), with the same tables.
     ``memory_limit`` (bytes or a size like ``"2GB"``): the n-gram store's budget in this process
@@ -125,8 +134,20 @@ def run_corpus(
         tok = tokenizer if tokenizer is not None else get_tokenizer(cfg)
         default = files is None
         files = default_corpus_files() if default else [Path(f) for f in files]
-        job = (files, cfg, tok, text_field, doc_mode, bos, progress)
-        stats = _count(job, out_dir, max_tokens, workers, scheduler, processes, limit)
+        spec = spec or DocumentSpec()
+        stats = _count(
+            files,
+            cfg,
+            tok,
+            spec,
+            out_dir,
+            max_tokens=max_tokens,
+            workers=workers,
+            scheduler=scheduler,
+            processes=processes,
+            limit=limit,
+            progress=progress,
+        )
         settings.pause_at("corpus:counted")
         t0 = time.perf_counter()
         usage = RowUsage(cfg, stats.counts)
@@ -146,9 +167,9 @@ def run_corpus(
             "config": cfg.name,
             "files": stats.files,
             "default_corpus": default_corpus_sources() if default else None,
-            "doc_mode": doc_mode,
-            "text_field": text_field,
-            "bos": bos,
+            "doc_mode": spec.doc_mode,
+            "text_field": spec.text_field,
+            "bos": spec.bos,
             "max_tokens": max_tokens,
             "truncated": stats.truncated,
             "tokens": stats.tokens,

@@ -20,6 +20,7 @@ from engram_viz.analysis.corpus.default_corpus import default_corpus_files, kjv_
 from engram_viz.analysis.corpus.documents import (
     DOC_MODES,
     CorpusError,
+    DocumentSpec,
     document_spans,
     iter_documents,
     iter_span_documents,
@@ -158,14 +159,14 @@ def test_counts_equal_per_document_hashing(config_name, text_file, tokenizer):
     assert stats.counts == _counts_per_document(cfg, tokenizer, PARAGRAPHS)
     assert stats.documents == 3 and stats.tokens == sum(len(tokenizer.encode(p)) + 1 for p in PARAGRAPHS)
     assert stats.raw_counts.sum() == stats.tokens and not stats.truncated
-    no_bos = count_corpus([text_file], cfg, tokenizer, bos=False, progress=False)
+    no_bos = count_corpus([text_file], cfg, tokenizer, spec=DocumentSpec(bos=False), progress=False)
     assert no_bos.counts == _counts_per_document(cfg, tokenizer, PARAGRAPHS, bos=False)
 
 
 def test_batching_and_file_split_change_nothing(tmp_path, text_file, tokenizer):
     cfg = load_config("tiny")
     one = count_corpus([text_file], cfg, tokenizer, progress=False)
-    tiny_batches = count_corpus([text_file], cfg, tokenizer, batch_chars=10, progress=False)
+    tiny_batches = count_corpus([text_file], cfg, tokenizer, spec=DocumentSpec(batch_chars=10), progress=False)
     assert tiny_batches.counts == one.counts
     # two shards, counted separately and merged, equal the whole
     a, b = tmp_path / "a.txt", tmp_path / "b.txt"
@@ -180,7 +181,7 @@ def test_batching_and_file_split_change_nothing(tmp_path, text_file, tokenizer):
 def test_cut_documents_stay_one_sequence(text_file, tokenizer):
     """A paragraph cut into pieces is hashed as one sequence (the window carries over the cut)."""
     cfg = load_config("tiny")
-    stats = count_corpus([text_file], cfg, tokenizer, max_doc_chars=60, progress=False)
+    stats = count_corpus([text_file], cfg, tokenizer, spec=DocumentSpec(max_doc_chars=60), progress=False)
     pieces = list(iter_documents(text_file, max_doc_chars=60))
     seqs, cur = [], []
     for t, cont in pieces:
