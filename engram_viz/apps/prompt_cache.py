@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from engram_viz.analysis.gates.comparison import PromptResult
+from engram_viz.run.pipeline import Pipeline
 
 MAX_TOKENS = 2_048
 SMALL_DIM = 512  # models up to this width run the widget's forward on one torch thread (CPU)
@@ -50,7 +51,12 @@ class PromptCache:
     """Results of prompt texts run through ``pipeline``, the last ``size`` kept (module docstring)."""
 
     def __init__(
-        self, pipeline: Any, *, max_tokens: int = MAX_TOKENS, size: int = 64, torch_threads: int | str | None = "auto"
+        self,
+        pipeline: Pipeline,
+        *,
+        max_tokens: int = MAX_TOKENS,
+        size: int = 64,
+        torch_threads: int | str | None = "auto",
     ):
         self.pipeline = pipeline
         self.max_tokens = int(max_tokens)

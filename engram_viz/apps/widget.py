@@ -81,7 +81,7 @@ class PromptComparison:
         self,
         prompts: Sequence[str] = DEFAULT_PAIR,
         *,
-        pipeline: Any = None,
+        pipeline: Pipeline | None = None,
         checkpoint: Any = None,
         layer: int | None = None,
         stream: int | str = "mean",

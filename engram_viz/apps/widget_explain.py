@@ -30,6 +30,7 @@ from engram_viz.analysis.explain.explanation import Explanation, explain
 from engram_viz.analysis.gates.comparison import PromptResult
 from engram_viz.errors import InputError
 from engram_viz.run.counterfactual import engram_tables
+from engram_viz.run.pipeline import Pipeline
 from engram_viz.viz.comparison_html import difference_html, message_html, panel_box
 from engram_viz.viz.style import get_theme
 from engram_viz.weights.row_edits import ZERO, edit_tables
@@ -51,7 +52,7 @@ def row_view(ex: Explanation, position: int, layer: int, stream: int | str) -> p
     return out[list(ROW_VIEW_COLUMNS)]
 
 
-def run_ablated(pipeline: Any, text: str, layer: int, row: int) -> PromptResult:
+def run_ablated(pipeline: Pipeline, text: str, layer: int, row: int) -> PromptResult:
     """``text`` run through ``pipeline`` with row ``row`` of ``layer``'s table zeroed (overlay only)."""
     with edit_tables(engram_tables(pipeline), {int(layer): {int(row): ZERO}}):
         trace = pipeline.run([{"id": "A", "text": text}])

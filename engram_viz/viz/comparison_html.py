@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 from markupsafe import Markup
 from matplotlib import colormaps
 
 from engram_viz.analysis.gates.comparison import AlignedDifference, PromptResult, aligned_difference
+from engram_viz.run.pipeline import Pipeline
 from engram_viz.viz.html_templates import macros
 from engram_viz.viz.style import Theme, display_piece, get_theme, text_color_on
 from engram_viz.viz.tokens import token_html
@@ -69,7 +69,7 @@ def message_html(message: str, theme: str | Theme = "light", title: str = "") ->
     return panel_box(t, _M.message(t, message), title)
 
 
-def header_html(pipeline: Any, layer_ids: Sequence[int], hc: int, theme: Theme) -> str:
+def header_html(pipeline: Pipeline, layer_ids: Sequence[int], hc: int, theme: Theme) -> str:
     """Which model and weights, residual streams, config, Engram layers and device made the view."""
     p = pipeline
     streams = p.streams_label or f"{p.streams_mode} streams"

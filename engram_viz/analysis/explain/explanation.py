@@ -40,6 +40,7 @@ from engram_viz.analysis.explain.attribution import LayerAttribution, attribute_
 from engram_viz.analysis.row_stats.trace_ngrams import trace_sequences
 from engram_viz.core.layout import EngramLayout
 from engram_viz.errors import AttributionError
+from engram_viz.run.pipeline import Pipeline
 from engram_viz.run.provenance import Provenance, provenance_of
 
 ROW_COLUMNS = (
@@ -227,7 +228,7 @@ def _decoded_ngrams(trace: Any, decoder: NgramDecoder, positions: np.ndarray, ma
     return [{o: "".join(row[max_ngram - o :]) for o in range(2, max_ngram + 1)} for row in pieces.tolist()]
 
 
-def _run_capturing(pipeline: Any, prompt: Any) -> tuple[Any, dict[int, torch.Tensor]]:
+def _run_capturing(pipeline: Pipeline, prompt: Any) -> tuple[Any, dict[int, torch.Tensor]]:
     """``Pipeline.run`` of one prompt with each Engram layer's input streams (``engram.L{n}.streams``),
     rows, key, value and dot captured: ``(trace, {layer: x [T, hc, dim]})``."""
     trace = pipeline.run([prompt], names=[f"engram.*.{site}" for site in ("streams", "rows", "key", "value", "dot")])
@@ -235,7 +236,7 @@ def _run_capturing(pipeline: Any, prompt: Any) -> tuple[Any, dict[int, torch.Ten
 
 
 def explain(
-    pipeline: Any,
+    pipeline: Pipeline,
     prompt: Any,
     *,
     positions: Sequence[int] | None = None,
@@ -309,7 +310,7 @@ def token_class(piece: str, category: str = "") -> str:
     return "other"
 
 
-def order_profile(pipeline: Any, prompts: Iterable[Any]) -> pd.DataFrame:
+def order_profile(pipeline: Pipeline, prompts: Iterable[Any]) -> pd.DataFrame:
     """The orders' Shapley values at every text position (BOS and image positions left out) of
     ``prompts`` (strings, dicts or Prompt objects with text)."""
     frames = []

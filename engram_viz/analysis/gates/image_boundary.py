@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pandas as pd
 import torch
 
 from engram_viz.core.hashing import hash_prompt
 from engram_viz.run.images import build_input
+from engram_viz.run.pipeline import Pipeline
 
 
 def after_image_vs_fresh_start(
-    pipe: Any, text_after: str, before: str = "A photo: ", grid: str = "4x3"
+    pipe: Pipeline, text_after: str, before: str = "A photo: ", grid: str = "4x3"
 ) -> pd.DataFrame:
     """The first tokens after an image hash as a sequence start: the row ids of ``text_after``
     following ``before <image:grid>`` against those of ``text_after`` run alone without BOS
