@@ -135,6 +135,7 @@ def engram_steps(
     q_weight, k_weight ``[hc, dim]``. Returns ``[B, T, hc, dim]`` in x.dtype. No checks: callers check.
     """
     hc, dim = q_weight.shape
+    x = hook("streams", x)
     h = x.float()
     token_mask = hook("token_mask", token_mask)
     hash_ids = hook("hash_ids", hash_ids)
@@ -248,7 +249,7 @@ class Engram(nn.Module):
         if isinstance(table, nn.Module) and "table" in self._modules:
             table.to(device)
 
-        for site in HOOK_SITES:  # self.hook_token_mask ... self.hook_out
+        for site in HOOK_SITES:  # self.hook_streams ... self.hook_out
             setattr(self, f"hook_{site}", HookPoint(hook_name(layer_id, site)))
 
     @classmethod

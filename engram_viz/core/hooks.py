@@ -38,6 +38,12 @@ class HookSite:
 # The sites in forward order; hc = 4 streams and dim = 5120 on V4.1-Flash.
 SITES = (
     HookSite(
+        "streams",
+        "[B, T, hc, dim]",
+        "x.dtype",
+        "the residual streams the layer reads (its input `x`, from the stream source)",
+    ),
+    HookSite(
         "token_mask", "[B, T]", "bool", "False at image positions (gate shut, hashes blocked); all True without a mask"
     ),
     HookSite(

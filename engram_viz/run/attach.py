@@ -6,8 +6,9 @@ Any ``torch.nn.Module`` tree works whose Engram submodules carry the reference a
 is the reference ``Engram.forward`` - for example DeepSeek-V4.1-Flash's ``inference/model.py``.
 
 How: a submodule that is already the suite's :class:`engram_viz.core.engram.Engram` keeps its own hook
-points. Any other one gets eight :class:`HookPoint` objects held *outside* its module tree (its
-``state_dict``, ``named_modules`` and parameters are untouched) and an instance-level ``forward``
+points. Any other one gets one :class:`HookPoint` per site of ``core.hooks.SITES`` (its input streams
+first), held *outside* its module tree (its ``state_dict``, ``named_modules`` and parameters are
+untouched) and an instance-level ``forward``
 that, only while at least one of its hooks is attached, runs the reference formula step by step
 through those points - calling the module's own ``embed`` and ``wkv`` so a row-sharded table's
 all-reduce and an fp8 GEMM run exactly as in the model. With no hook attached the original forward

@@ -16,7 +16,9 @@
   streams and their label says they need captured or attached ones), a captured-streams safetensors path
   (``streams.load_captured_streams``; the prompts are the file's ``input_ids``), or a callable
   ``fn(input_ids [B, T], token_types [B, T], layer) -> x [B, T, hc, dim]``. In the Engram-only
-  modes every layer reads its own copy of the streams (layers are not chained).
+  modes every layer reads its own copy of the streams (layers are not chained). The argument is read
+  once (``stream_sources.choose_stream_source``) into ``pipe.streams_source``, which the runs only call;
+  ``pipe.streams_mode`` is its name.
 - **device**: ``None`` picks CUDA when available, else the CPU; tables stay on the host.
 
 ``run(prompts, names=...) -> Trace``: prompts are strings, ``{"id", "category", "text"}`` dicts or
@@ -31,7 +33,7 @@ is an analysis of the Trace (``engram_viz.analysis.row_stats.trace_ngrams.collis
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,26 +46,19 @@ from engram_viz.config import TEXT, EngramConfig
 from engram_viz.core.engram import Engram, default_device
 from engram_viz.core.hashing import TokenInputError, check_id_values, check_token_types, hash_prompt, id_sequence
 from engram_viz.core.tokenizer import get_tokenizer
-from engram_viz.errors import CheckpointError, InputError, PromptTypeError, StreamsError
+from engram_viz.errors import CheckpointError, InputError, PromptTypeError
 from engram_viz.run.capture import DEFAULT_NAMES, ActivationCache, HookFn, HookRegistry
 from engram_viz.run.images import ImagePromptError, build_input
 from engram_viz.run.prompt_text import PromptInputError, check_prompt_text
 from engram_viz.run.prompts import Prompt, build_prompt
-from engram_viz.run.streams import (
-    Block0Streams,
-    captured_layers,
-    check_streams,
-    embedding_streams,
-    load_captured_streams,
-)
+from engram_viz.run.stream_sources import StreamsFn, choose_stream_source, runs_model_whole
+from engram_viz.run.streams import StreamSource
 from engram_viz.run.trace import Trace, trace_from_cache
 from engram_viz.tiny.files import load_tiny_model
 from engram_viz.weights.checkpoint import Checkpoint, open_checkpoint
 from engram_viz.weights.resolve import resolve_weights
 from engram_viz.weights.synthetic import synthetic_checkpoint
 from engram_viz.weights.tiny_folder import checkpoint_label, is_tiny_lm_folder
-
-StreamsFn = Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -117,8 +112,7 @@ class Pipeline:
         self.lm: torch.nn.Module | None = None
         self.checkpoint = None
         checkpoint = resolve_weights(checkpoint)  # None: $ENGRAM_VIZ_CHECKPOINT, else the embedded default
-        whole_model = not (isinstance(streams, str) and streams in ("embedding", "block0")) and not callable(streams)
-        whole_model = whole_model and not (isinstance(streams, (str, Path)) and Path(streams).suffix == ".safetensors")
+        whole_model = runs_model_whole(streams)
         if isinstance(checkpoint, (str, Path)):
             path = Path(checkpoint)
             if not path.exists():
@@ -177,50 +171,15 @@ class Pipeline:
             self.registry.update(HookRegistry(e.hook_points()))
 
     def _setup_streams(self, streams: str | Path | StreamsFn) -> None:
-        self._captured: Path | None = None
-        self._streams_fn: StreamsFn | None = None
-        if callable(streams):
-            self.streams_mode = "callable"
-            self._streams_fn = streams
-            self.streams_label = f"user streams from {getattr(streams, '__name__', type(streams).__name__)}"
-            return
-        if streams == "auto":
-            streams = "model" if self.lm is not None else "embedding"
-        if streams == "model":
-            if self.lm is None:
-                raise StreamsError(
-                    "streams='model' needs weights that are a whole model (the tiny Engram LM); "
-                    f"{self.model_label!r} holds Engram layers only: use 'embedding' or a captured-streams file"
-                )
-            self.streams_mode = "model"
-            self.streams_label = (
-                "the model's own residual streams: a full forward of the tiny Engram LM "
-                "(each Engram layer reads the streams its preceding blocks produced)"
-            )
-            return
-        if streams == "embedding":
-            self.streams_mode = "embedding"
-            self.streams_label = ""  # filled from streams.embedding_streams on the first run
-            return
-        if streams == "block0":
-            self.streams_mode = "block0"
-            self._block0 = Block0Streams.open(self.checkpoint, self.config)
-            self.streams_label = self._block0.label
-            return
-        path = Path(streams)
-        if path.is_file():
-            layers = captured_layers(path)
-            missing = [n for n in self.config.engram_layer_ids if n not in layers]
-            if missing:
-                raise StreamsError(f"{path} has no streams for Engram layers {missing} (it has {layers})")
-            self.streams_mode = "captured"
-            self._captured = path
-            self.streams_label = f"captured streams from {path.name}"
-            return
-        raise StreamsError(
-            f"streams={streams!r}: expected 'auto', 'model', 'embedding', 'block0', a captured-streams .safetensors file "
-            "or a callable (input_ids, token_types, layer) -> x"
+        self.streams_source: StreamSource = choose_stream_source(
+            streams, self.config, lm=self.lm, checkpoint=self.checkpoint, model_label=self.model_label
         )
+        self.streams_label = self.streams_source.label  # the last run's label (a run may add clauses)
+
+    @property
+    def streams_mode(self) -> str:
+        """The stream source's name (``"model"``, ``"embedding"``, ``"block0"``, ``"captured"``, ``"callable"``)."""
+        return self.streams_source.name
 
     @property
     def layer_ids(self) -> tuple[int, ...]:
@@ -312,24 +271,6 @@ class Pipeline:
 
     # -- forward ----------------------------------------------------------------------------------
 
-    def _streams(self, ids: torch.Tensor, types: torch.Tensor, layer: int) -> torch.Tensor:
-        if self.streams_mode == "embedding":
-            s = embedding_streams(self.checkpoint, ids, types)
-            self.streams_label = s.label
-            return s.x
-        if self.streams_mode == "block0":  # one block-0 pass per batch, shared by its Engram layers
-            s = self._block0(ids, types, layer)
-            self.streams_label = s.label
-            return s.x
-        if self.streams_mode == "captured":
-            s = load_captured_streams(self._captured, layer, self.config)
-            if not torch.equal(s.input_ids, ids):
-                raise StreamsError(f"{self._captured}: its input_ids differ from the prompts being run")
-            self.streams_label = s.label.replace(f"entering Engram layer {layer} ", "")
-            return s.x
-        x = self._streams_fn(ids, types, layer)
-        return check_streams(x, f"streams for layer {layer}", self.config)
-
     def forward(self, input_ids: torch.Tensor, token_types: torch.Tensor | None = None) -> dict[int, torch.Tensor]:
         """One forward over ``input_ids [B, T]``; returns each Engram layer's output ``[B, T, hc, dim]``
         (whole-model mode: also ``-1`` -> the LM's logits). Hooks fire on the way."""
@@ -352,7 +293,7 @@ class Pipeline:
         out = {}
         with torch.no_grad():
             for li, (n, engram) in enumerate(self.engrams.items()):
-                x = self._streams(input_ids, token_types, n)
+                x = self.streams_source(input_ids, token_types, n).x
                 out[n] = engram(x.to(self.device), hashes[:, :, li].to(self.device), mask.to(self.device))
         return out
 
@@ -377,18 +318,14 @@ class Pipeline:
         progress: bool = False,
     ) -> Trace:
         """Run ``prompts`` and return their :class:`Trace` (see the module docstring)."""
-        if self.streams_mode == "captured" and prompts is None:
-            built = self._captured_prompts()
-        elif prompts is None:
+        own = self.streams_source.prompts()  # a captured file's prompts: the default, and one batch
+        if prompts is None and own is None:
             raise InputError("run() needs prompts (strings, dicts or Prompt objects)")
-        else:
-            built = self.build(prompts)
+        built = self.build(own if prompts is None else prompts)
         extra = [names] if isinstance(names, str) else list(names or [])
         wanted = list(DEFAULT_NAMES) + [n for n in extra if n not in DEFAULT_NAMES]
         self.registry.resolve(wanted)  # a typo fails before any work
-        size = batch_size or self.batch_size
-        if self.streams_mode == "captured":
-            size = len(built)  # the file's batch runs as one
+        size = len(built) if own is not None else batch_size or self.batch_size
         # batch prompts of similar length together (less padding); the Trace keeps the given order
         order = sorted(range(len(built)), key=lambda i: len(built[i].input_ids))
         chunks = [[built[i] for i in order[j : j + size]] for j in range(0, len(built), size)]
@@ -407,7 +344,7 @@ class Pipeline:
                     layer_ids=self.layer_ids,
                     tokenizer=self.tokenizer,
                     model_label=self.model_label,
-                    streams_label=self.streams_label,
+                    streams_label=self.streams_source.label,
                     token_types=types,
                     lengths=lengths,
                     prompt_ids=[p.id for p in chunk],
@@ -427,20 +364,6 @@ class Pipeline:
         if trace.prompt_ids != [p.id for p in built]:
             trace = trace.select([p.id for p in built])
         return trace
-
-    def _captured_prompts(self) -> list[PromptInput]:
-        s = load_captured_streams(self._captured, self.layer_ids[0], self.config)
-        types = s.token_types if s.token_types is not None else torch.full(s.input_ids.shape, TEXT)
-        return [
-            PromptInput(
-                f"captured-{i}",
-                "captured",
-                self.tokenizer.decode(s.input_ids[i]),
-                s.input_ids[i].numpy(),
-                types[i].to(torch.int64).numpy(),
-            )
-            for i in range(len(s.input_ids))
-        ]
 
     def _meta(self) -> dict[str, Any]:
         return {

@@ -13,6 +13,9 @@ Four sources, each returned as a :class:`Streams` whose ``label`` every output p
     the model's own streams entering the first Engram layer (layer 1), within a stated tolerance;
     later Engram layers get the same streams, a proxy that its label names.
 
+A Pipeline holds one :class:`StreamSource` (``run.stream_sources`` wraps (a)-(d) and the model's own
+streams as such objects; :class:`Block0Streams` is one already) and only calls it.
+
 Captured-streams file format (safetensors, written by :func:`save_captured_streams`)
 -------------------------------------------------------------------------------------
 
@@ -40,7 +43,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -77,6 +80,22 @@ class Streams:
 
     def __repr__(self) -> str:
         return f"Streams({self.source}, x={list(self.x.shape)} {self.x.dtype}, {self.label!r})"
+
+
+@runtime_checkable
+class StreamSource(Protocol):
+    """Where a Pipeline's streams come from (``run.stream_sources``; :class:`Block0Streams`): ``name`` (the
+    Trace meta's ``streams_mode``), ``label`` (how it labels itself: the last call's streams, which may add
+    a clause, e.g. for image positions) and ``source(raw_ids [B, T], token_types [B, T], layer) -> Streams``."""
+
+    name: str
+    label: str
+
+    def __call__(self, raw_ids: torch.Tensor, token_types: torch.Tensor, layer: int) -> Streams: ...
+
+    def prompts(self) -> list[dict[str, Any]] | None:
+        """The prompts these streams belong to (a captured file's), which run as one batch; None: any prompts."""
+        return None
 
 
 # -- validation -------------------------------------------------------------------------------------
@@ -293,13 +312,15 @@ IMAGE_NOTE = (
 )
 
 
-class Block0Streams:
+class Block0Streams(StreamSource):
     """Streams from the checkpoint's own embed + block 0 (``core.block0.block0_streams``), on the CPU.
 
     ``self(raw_ids [B, T], token_types [B, T], layer) -> Streams``: the first Engram layer (which
     must be layer 1, the output of block 0) gets the model's own streams; every later Engram layer
     gets the same streams, labelled as a proxy. The last batch's streams are kept, so the Engram
     layers of one batch share one block-0 pass (each routed expert read once per batch)."""
+
+    name = "block0"
 
     def __init__(self, weights: Block0Source, config: EngramConfig):
         b0 = weights.config
@@ -325,6 +346,7 @@ class Block0Streams:
                 "block-0 streams (the input of layer 1), a proxy; real gates there need captured or attached "
                 "streams (a captured-streams .safetensors file or attach(model))"
             )
+        self._label = self.label  # the label without the image clause a call may add
         self._last: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
     @classmethod
@@ -346,5 +368,5 @@ class Block0Streams:
         last = self._last
         if last is None or not (torch.equal(last[0], ids) and torch.equal(last[1], types)):
             self._last = last = (ids, types, block0_streams(self.weights, ids, types >= 0))
-        label = self.label + (IMAGE_NOTE if bool((types >= 0).any()) else "")
-        return Streams(last[2], label, "block0", layer, ids, types)
+        self.label = self._label + (IMAGE_NOTE if bool((types >= 0).any()) else "")
+        return Streams(last[2], self.label, "block0", layer, ids, types)

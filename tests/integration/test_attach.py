@@ -60,6 +60,18 @@ def attached_trace(model, batch):
     return trace, streams
 
 
+def test_streams_site_is_what_the_model_hands_each_engram_layer(model, batch, attached_trace):
+    """``engram.L{n}.streams`` on an attached model: the input its own forward passes each Engram layer."""
+    _, streams = attached_trace
+    ids, types = batch
+    with attach(model, "tiny") as att:
+        trace = att.run(ids, types, names="engram.*.streams")
+    got = trace.captured("streams")
+    assert sorted(got) == sorted(streams) == [1, 3]
+    for n, x in streams.items():
+        assert got[n].dtype == x.dtype and torch.equal(got[n], x)
+
+
 def test_finds_reference_submodules_and_leaves_the_model_untouched(model, batch):
     found = find_engram_modules(model)
     assert {n: p for n, (p, _) in found.items()} == {1: "layers.1.engram", 3: "layers.3.engram"}

@@ -76,7 +76,7 @@ def test_one_block0_pass_per_batch(folder):
     """Two Engram layers, one batch: each used routed expert is read once, not once per layer."""
     pipe = Pipeline(folder, streams="block0", device="cpu", batch_size=8)
     pipe.run(TEXTS[:1] + TEXTS[2:])
-    assert 0 < pipe._block0.weights.experts_read <= SMALL.n_routed_experts
+    assert 0 < pipe.streams_source.weights.experts_read <= SMALL.n_routed_experts
 
 
 def test_checkpoint_without_block0_is_refused(tmp_path):

@@ -24,7 +24,7 @@ def test_readme_hook_table_is_generated_from_the_site_table():
 
 
 def test_sites_are_in_forward_order_and_named_once():
-    assert HOOK_SITES == ("token_mask", "hash_ids", "rows", "key", "value", "dot", "gate", "out")
+    assert HOOK_SITES == ("streams", "token_mask", "hash_ids", "rows", "key", "value", "dot", "gate", "out")
     assert len({s.name for s in SITES}) == len(SITES)
     assert all(s.shape.startswith("[B, T") for s in SITES)
 
