@@ -70,7 +70,6 @@ def _count(
     tok: Any,
     spec: DocumentSpec,
     out_dir: str | Path,
-    *,
     max_tokens: int | None,
     workers: int | None,
     scheduler: str | None,
@@ -135,19 +134,7 @@ def run_corpus(
         default = files is None
         files = default_corpus_files() if default else [Path(f) for f in files]
         spec = spec or DocumentSpec()
-        stats = _count(
-            files,
-            cfg,
-            tok,
-            spec,
-            out_dir,
-            max_tokens=max_tokens,
-            workers=workers,
-            scheduler=scheduler,
-            processes=processes,
-            limit=limit,
-            progress=progress,
-        )
+        stats = _count(files, cfg, tok, spec, out_dir, max_tokens, workers, scheduler, processes, limit, progress)
         settings.pause_at("corpus:counted")
         t0 = time.perf_counter()
         usage = RowUsage(cfg, stats.counts)
