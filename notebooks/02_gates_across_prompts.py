@@ -26,32 +26,19 @@
 # %%
 from IPython.display import display
 
-from engram_viz.analysis.gates.gate_memory import (
-    gate_count_curve,
-    gate_memory_summary,
-    memory_targets,
-    trace_memory_frame,
-    training_counts,
-)
-from engram_viz.analysis.gates.summary import gate_overview, stream_selectivity
-from engram_viz.analysis.row_stats.trace_ngrams import collision_exposure
-from engram_viz.apps import notebook as nb
-from engram_viz.apps.report_memory import trace_loss_saved
-from engram_viz.run.prompts import load_prompts, prompt_set_for, prompt_set_path
-from engram_viz.viz import gate_distributions, gate_heatmap, token_text_figure, token_view
-from engram_viz.viz.memory_plots import gate_vs_memory
+import engram_viz as ev
+from engram_viz.analysis.gates.gate_memory import gate_memory, training_counts
 
-nb.setup()
-pipe = nb.load_pipeline()
-set_name = prompt_set_for(pipe.lm is not None)
-prompts = load_prompts(prompt_set_path(set_name))
+ev.notebook.setup()
+pipe = ev.notebook.load_pipeline()
+set_name = ev.prompt_set_for(pipe.lm is not None)
+prompts = ev.load_prompts(ev.prompt_set_path(set_name))
 print(
-    f"prompt set: {set_name} ({prompt_set_path(set_name).name}, {len(prompts)} prompts) - the one that fits the weights"
+    f"prompt set: {set_name} ({ev.prompt_set_path(set_name).name}, {len(prompts)} prompts) - the one that fits the weights"
 )
 trace = pipe.run(prompts)
-trace.extras["exposure"] = collision_exposure(trace, pipe.config)
-gates = trace.to_frame("gates")
-nb.provenance(trace)
+gates = ev.gates_with_exposure(trace, pipe.config)
+ev.notebook.provenance(trace)
 
 # %% [markdown]
 # ## Gate versus memory
@@ -66,26 +53,22 @@ nb.provenance(trace)
 # %%
 if pipe.lm is not None:
     counts = training_counts(pipe.config, pipe.lm.provenance)
-    memory = trace_memory_frame(trace, counts, loss_saved=trace_loss_saved(pipe.lm, trace))
-    summary = gate_memory_summary(memory)
-    curve, rho = gate_count_curve(memory)
-    display(nb.stamp(gate_vs_memory(summary, curve, rho), trace.model_label))
-    display(summary.round(3))
-    display(memory_targets(summary, rho).round(3))
-    by_category = memory.groupby(["category", "layer"]).agg(
-        positions=("gate", "size"), mean_gate=("gate", "mean"), loss_saved=("loss_saved", "mean")
-    )
-    display(by_category.round(3))
+    memory = gate_memory(trace, pipe.lm, counts)  # the report's tables gate_memory, memory_targets, ...
+    display(ev.viz.stamp(ev.viz.gate_vs_memory(memory.summary, memory.curve, memory.rho), trace))
+    display(memory.summary.round(3))
+    display(memory.targets.round(3))
+    display(memory.by_category.round(3))
+    display(memory.by_order.round(3))
 
 # %% [markdown]
 # ## Distributions per category, layer and stream
 # Mean gate over text positions (image positions are left out: their gate is 0 by construction):
 
 # %%
-gate_overview(gates).round(3)
+ev.gate_overview(gates).round(3)
 
 # %%
-nb.stamp(gate_distributions(gates, by="category"), trace.model_label)
+ev.viz.gate_distributions(gates, by="category")
 
 # %% [markdown]
 # ## Figure-7-style panels, English and Chinese
@@ -100,18 +83,15 @@ english = [first[k] for k in sorted(first) if k[1] == "en" and k[0] not in ("ima
 chinese = [first[k] for k in sorted(first) if k[1] == "zh" and k[0] not in ("image",)][:4]
 for layer in trace.layer_ids:
     for name, chosen in (("English", english), ("Chinese", chinese)):
-        display(
-            nb.stamp(
-                token_text_figure(gates, chosen, layer=layer, stream="mean", title=f"{name}, layer {layer}"),
-                trace.model_label,
-            )
-        )
+        display(ev.viz.token_text_figure(gates, chosen, layer=layer, stream="mean", title=f"{name}, layer {layer}"))
 
 # %% [markdown]
 # The same as HTML with tooltips (hover a token for all its stream gates):
 
 # %%
-token_view(gates, english + chinese, layer=trace.layer_ids[-1], stream="mean", title="mean gate, last Engram layer")
+ev.viz.token_view(
+    gates, english + chinese, layer=trace.layer_ids[-1], stream="mean", title="mean gate, last Engram layer"
+)
 
 # %% [markdown]
 # ## All gate values per token
@@ -120,7 +100,7 @@ token_view(gates, english + chinese, layer=trace.layer_ids[-1], stream="mean", t
 
 # %%
 for pid in (english[0], chinese[0]):
-    display(nb.stamp(gate_heatmap(gates, pid), trace.model_label))
+    display(ev.viz.gate_heatmap(gates, pid))
 
 # %% [markdown]
 # ## Which stream is most selective for multi-token patterns?
@@ -129,11 +109,11 @@ for pid in (english[0], chinese[0]):
 # the random-token controls (0.5 = no separation).
 
 # %%
-by_prompt = stream_selectivity(gates)
+by_prompt = ev.stream_selectivity(gates)
 best = by_prompt.iloc[0]
 print(
     f"by prompt: most selective layer {int(best.layer)}, stream {int(best.stream)} (AUC {best.auc:.3f}, "
     f"mean gate {best.mean_pattern:.3f} on patterns vs {best.mean_control:.3f} on random tokens)"
 )
-print(nb.provenance(trace))
+print(ev.notebook.provenance(trace))
 by_prompt.round(3)
