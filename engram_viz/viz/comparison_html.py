@@ -99,7 +99,7 @@ def gate_grid_html(
         text = html.escape(display_piece(piece)) if not img else "&#9633;"
         parts.append(_grid_cell("\n".join(tip), text, rows, hc * cell, t.muted if img else t.foreground))
     legend = _M.grid_legend(t, layer_ids, hc, Markup(_gradient(_hex(t.heat_cmap(np.linspace(0, 1, 11))))))
-    return panel_box(t, '<div style="line-height:1.1">' + "".join(parts) + "</div>" + legend, label)
+    return panel_box(t, _M.grid(Markup("".join(parts)), Markup(legend)), label)
 
 
 def prompt_panel(
