@@ -33,6 +33,7 @@ from engram_viz.core.window_attention import window_attention
 
 class Block0Source(Protocol):
     config: Block0Config
+    label: str  # names the weights in messages and stream labels
 
     def tensor(self, name: str) -> torch.Tensor: ...  # e.g. "hc_attn_fn", "attn.attn_sink"
 

@@ -189,6 +189,17 @@ class Engram(nn.Module):
     ones, as the reference initialises them. ``trainable`` sets ``requires_grad`` on wkv/q/k.
     """
 
+    # one HookPoint per site of HOOK_SITES, set in __init__ (declared here for the type checker)
+    hook_streams: HookPoint
+    hook_token_mask: HookPoint
+    hook_hash_ids: HookPoint
+    hook_rows: HookPoint
+    hook_key: HookPoint
+    hook_value: HookPoint
+    hook_dot: HookPoint
+    hook_gate: HookPoint
+    hook_out: HookPoint
+
     def __init__(
         self,
         config: EngramConfig | str,

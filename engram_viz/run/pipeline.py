@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -55,6 +55,7 @@ from engram_viz.run.stream_sources import StreamsFn, choose_stream_source, runs_
 from engram_viz.run.streams import StreamSource
 from engram_viz.run.trace import Trace, trace_from_cache
 from engram_viz.tiny.files import load_tiny_model
+from engram_viz.tiny.model import TinyEngramLM
 from engram_viz.weights.checkpoint import Checkpoint, open_checkpoint
 from engram_viz.weights.resolve import resolve_weights
 from engram_viz.weights.synthetic import synthetic_checkpoint
@@ -109,7 +110,7 @@ class Pipeline:
             raise InputError(f"batch_size must be at least 1, got {batch_size}")
         self.batch_size = batch_size
         self.bos = bos
-        self.lm: torch.nn.Module | None = None
+        self.lm: TinyEngramLM | None = None
         self.checkpoint = None
         checkpoint = resolve_weights(checkpoint)  # None: $ENGRAM_VIZ_CHECKPOINT, else the embedded default
         whole_model = runs_model_whole(streams)
@@ -124,7 +125,8 @@ class Pipeline:
                 checkpoint = open_checkpoint(path)
         if self.lm is None:
             folder = getattr(checkpoint, "path", None)
-            if is_tiny_lm_folder(folder) and whole_model:  # a tiny LM runs whole: its own streams
+            # a tiny LM runs whole: its own streams
+            if folder is not None and is_tiny_lm_folder(folder) and whole_model:
                 self._load_tiny_lm(Path(folder))
             else:  # Engram layers only (a tiny LM too, when other streams are asked for)
                 self._load_checkpoint(checkpoint)
@@ -153,7 +155,8 @@ class Pipeline:
         self.lm = load_tiny_model(folder, mode=self.mode, device=self.device)
         self.config: EngramConfig = self.lm.config
         self.tokenizer = get_tokenizer(self.config)
-        self.engrams: dict[int, Engram] = {int(k): e for k, e in self.lm.engrams.items()}
+        # cast: the LM's ModuleDict holds its Engram layers, typed as plain Modules
+        self.engrams: dict[int, Engram] = {int(k): cast(Engram, e) for k, e in self.lm.engrams.items()}
         self.model_label = checkpoint_label(folder)
         self.registry = HookRegistry.from_module(self.lm)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, overload
 
 import pandas as pd
 
@@ -58,6 +58,10 @@ def layout_provenance(config: Any, data: str = "") -> Provenance:
     )
 
 
+@overload
+def provenance_of(source: pd.DataFrame) -> Provenance | None: ...
+@overload
+def provenance_of(source: Any) -> Provenance: ...
 def provenance_of(source: Any) -> Provenance | None:
     """The provenance of a Trace, a Pipeline, a frame carrying one in its ``attrs``, or a Provenance;
     None for a frame without one."""

@@ -20,11 +20,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from engram_viz.config import TEXT, EngramConfig
+from engram_viz.core.engram import Engram
 from engram_viz.errors import StreamsError
 from engram_viz.run.streams import (
     Block0Streams,
@@ -35,6 +36,7 @@ from engram_viz.run.streams import (
     embedding_streams,
     load_captured_streams,
 )
+from engram_viz.tiny.model import TinyEngramLM
 
 StreamsFn = Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
 MODEL_LABEL = (
@@ -49,11 +51,12 @@ class ModelStreams(StreamSource):
     name = "model"
     label = MODEL_LABEL
 
-    def __init__(self, lm: torch.nn.Module):
+    def __init__(self, lm: TinyEngramLM):
         self.lm = lm
 
     def __call__(self, raw_ids: torch.Tensor, token_types: torch.Tensor, layer: int) -> Streams:
-        engrams = {int(k): e for k, e in self.lm.engrams.items()}
+        # cast: the LM's ModuleDict holds its Engram layers, typed as plain Modules
+        engrams = {int(k): cast(Engram, e) for k, e in self.lm.engrams.items()}
         if layer not in engrams:
             raise StreamsError(f"layer {layer} is not an Engram layer of the model; expected one of {sorted(engrams)}")
         seen: dict[str, torch.Tensor] = {}
@@ -93,6 +96,7 @@ class CapturedStreams(StreamSource):
 
     def __call__(self, raw_ids: torch.Tensor, token_types: torch.Tensor, layer: int) -> Streams:
         s = load_captured_streams(self.path, layer, self.config)
+        assert s.input_ids is not None  # a captured-streams file always holds its input_ids
         if not torch.equal(s.input_ids, raw_ids):
             raise StreamsError(f"{self.path}: its input_ids differ from the prompts being run")
         self.label = s.label.replace(f"entering Engram layer {layer} ", "")
@@ -100,6 +104,7 @@ class CapturedStreams(StreamSource):
 
     def prompts(self) -> list[dict[str, Any]]:
         s = load_captured_streams(self.path, self.config.engram_layer_ids[0], self.config)
+        assert s.input_ids is not None  # a captured-streams file always holds its input_ids
         types = s.token_types if s.token_types is not None else torch.full(s.input_ids.shape, TEXT)
         return [
             {"id": f"captured-{i}", "category": "captured", "input_ids": s.input_ids[i], "token_types": types[i]}
@@ -133,7 +138,7 @@ def choose_stream_source(
     streams: str | Path | StreamsFn,
     config: EngramConfig,
     *,
-    lm: torch.nn.Module | None = None,
+    lm: TinyEngramLM | None = None,
     checkpoint: Any = None,
     model_label: str = "",
 ) -> StreamSource:

@@ -260,13 +260,14 @@ def save_captured_streams(
     if not streams:
         raise StreamsError("streams is empty; expected {layer: tensor [B, T, hc, dim]}")
     tensors: dict[str, torch.Tensor] = {}
-    bt = None
+    bt: tuple[int, int] | None = None
     for layer, x in streams.items():
         x = check_streams(x, f"streams[{layer}]")
         if bt is not None and tuple(x.shape[:2]) != bt:
             raise StreamsError(f"streams[{layer}] has [B, T] = {list(x.shape[:2])}, other layers have {list(bt)}")
-        bt = tuple(x.shape[:2])
+        bt = (int(x.shape[0]), int(x.shape[1]))
         tensors[f"streams.L{int(layer)}"] = x.detach().cpu().contiguous()
+    assert bt is not None  # streams is not empty (checked above)
     tensors["input_ids"] = _check_ids(input_ids, "input_ids", bt).cpu().contiguous()
     if token_types is not None:
         tensors["token_types"] = _check_token_types(token_types, "token_types", bt).cpu().contiguous()

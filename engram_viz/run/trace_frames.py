@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pandas as pd
@@ -65,7 +65,7 @@ class TraceFrames:
     def with_extras(self, **extras: torch.Tensor) -> Any:
         """A new Trace carrying ``extras`` (e.g. ``exposure=`` ``[B, T, n_layers]``) beside its own;
         this one is left as it is."""
-        return dataclasses.replace(self, extras={**self.extras, **extras})
+        return dataclasses.replace(cast(Any, self), extras={**self.extras, **extras})  # self: a Trace, a dataclass
 
     def to_frame(self, table: str = "gates", *, exposure: torch.Tensor | None = None) -> pd.DataFrame:
         """A tidy table: ``gates`` (prompt, position, token, is_image, layer, stream, gate, ...),
