@@ -131,8 +131,9 @@ ev.viz.heads_shared_vs_expected(ev.layout_provenance(pipe.config, description).t
 
 # %%
 fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.2), width_ratios=[1.7, 1], layout="constrained")
-ev.viz.loss_change_by_token(loc.loss, ev.ENTITY_PROMPT, highlight=loc.entity.continuation, ax=a,
-                     title=f"ablate the rows of {entity!r}")  # fmt: skip
+ev.viz.loss_change_by_token(
+    loc.loss, ev.ENTITY_PROMPT, highlight=loc.entity.continuation, ax=a, title=f"ablate the rows of {entity!r}"
+)
 ev.viz.gate_change_vs_colliding_heads(orders, ax=b)  # both frames carry the weights: the figure is stamped
 out = ev.notebook.figures_dir()
 files = ev.notebook.export_figures({"readme_edit": fig}, out, ["png"], dpi=90)
