@@ -256,7 +256,7 @@ class NgramCounts:
     @classmethod
     def load(cls, path: str | Path, config: EngramConfig | str = "tiny") -> NgramCounts:
         out = cls(config)
-        with read_npz(path, "n-gram counts", ValueError) as (meta, data):
+        with read_npz(path, "n-gram counts", CorpusError) as (meta, data):
             if int(meta[2]) != out.config.engram_max_ngram_size:
                 raise CorpusError(
                     f"{path} holds n-grams up to order {int(meta[2])}; config {out.config.name!r} expects "
