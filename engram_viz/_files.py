@@ -180,7 +180,8 @@ def write_table(
     unknown = [f for f in formats if f not in TABLE_FORMATS]
     if unknown:
         raise InputError(f"table format {unknown[0]!r} unknown; expected one of {TABLE_FORMATS}")
-    df = flatten_tuples(df)
+    df = flatten_tuples(df).copy(deep=False)
+    df.attrs = {}  # provenance rides with a frame in memory; on disk it is the manifest's, so tables stay plain
     paths = []
     for fmt in formats:
         path = Path(out_dir) / f"{name}.{fmt}"

@@ -168,6 +168,7 @@ def test_hook_points_names_shapes_and_dtypes(weights, inputs):
     _, seen = capture(engram, x.to(torch.bfloat16), ids, mask)
     hc, dim, hd = config.hc_mult, config.dim, config.engram_head_dim
     want = {
+        "streams": ((B, T, hc, dim), torch.bfloat16),
         "token_mask": ((B, T), torch.bool),
         "hash_ids": ((B, T, 24), torch.int64),
         "rows": ((B, T, 24, hd), torch.bfloat16),
@@ -178,6 +179,7 @@ def test_hook_points_names_shapes_and_dtypes(weights, inputs):
         "out": ((B, T, hc, dim), torch.bfloat16),
     }
     assert {k: (tuple(v.shape), v.dtype) for k, v in seen.items()} == want
+    assert torch.equal(seen["streams"], x.to(torch.bfloat16))  # the streams the layer was given, as given
     # no mask given: the mask hook sees all True
     _, seen = capture(engram, x, ids)
     assert seen["token_mask"].all()

@@ -190,3 +190,18 @@ def test_a_cache_setting_pointing_at_a_file_names_the_variable(tmp_path, monkeyp
     with pytest.raises(settings.SettingError) as info:
         settings.cache_dir()
     assert f"${settings.CACHE}={afile}" in str(info.value) and "it is a file" in str(info.value)
+
+
+def test_tables_on_disk_do_not_depend_on_a_frames_provenance(tmp_path):
+    """A frame's ``attrs`` (its provenance in memory) never reach the files: the same rows write the
+    same bytes, so a report's tables compare byte for byte across runs and versions."""
+    df = pd.DataFrame({"position": [0, 1], "gate": [0.25, 0.5]})
+    tagged = df.copy()
+    tagged.attrs["provenance"] = {"model": "tiny", "synthetic": False}
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    write_table(df, tmp_path / "a", "t")
+    write_table(tagged, tmp_path / "b", "t")
+    for ext in ("parquet", "csv"):
+        assert (tmp_path / "a" / f"t.{ext}").read_bytes() == (tmp_path / "b" / f"t.{ext}").read_bytes()
+    assert tagged.attrs["provenance"]["model"] == "tiny"  # the caller's frame keeps its attrs
