@@ -57,6 +57,7 @@ from engram_viz.config import EngramConfig
 from engram_viz.errors import ReportError
 from engram_viz.run.pipeline import Pipeline
 from engram_viz.run.prompts import load_prompts, prompt_set_for, prompt_set_path
+from engram_viz.run.provenance import provenance_of
 from engram_viz.run.trace import Trace
 from engram_viz.viz.export import check_offline_html, export_all
 from engram_viz.viz.report_page import Figure, Section, render_html
@@ -157,7 +158,7 @@ def _provenance(
     """Which model, weights, streams, prompts and software produced the report."""
     return {
         "model": trace.model_label,
-        "synthetic": bool(trace.meta.get("synthetic")) or "SYNTHETIC" in trace.model_label,
+        "synthetic": provenance_of(trace).synthetic or provenance_of(pipe).synthetic,  # the checkpoint's flag
         "streams": trace.streams_label,
         "streams_mode": pipe.streams_mode,
         "config": pipe.config.name,
