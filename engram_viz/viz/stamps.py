@@ -16,14 +16,11 @@ from matplotlib.figure import Figure
 
 from engram_viz.errors import InputTypeError
 from engram_viz.run.provenance import Provenance, provenance_of
+from engram_viz.viz.html_templates import render, synthetic_warning
+from engram_viz.viz.style import THEMES, Theme, get_theme
 
 _STAMP = "_engram_viz_stamp"  # the matplotlib Text a figure was stamped with (restamping replaces it)
 _TITLE = "_engram_viz_title"  # a TokenView's own title, before its stamp
-_SYNTHETIC_NOTE = (
-    "<b>Synthetic weights:</b> random, not trained. Gates show the arithmetic of the Engram path, not "
-    "anything learned; row ids, collisions and row usage are exact (they depend only on the tokenizer and "
-    "the layout)."
-)
 
 
 def stamp(fig: Any, source: Any) -> Any:
@@ -39,7 +36,7 @@ def stamp(fig: Any, source: Any) -> Any:
             return fig
         text = found.label
     if isinstance(fig, Figure):
-        colour = "#9a9a9a" if getattr(fig, "engram_viz_theme", "light") == "dark" else "#6b6b6b"
+        colour = THEMES.get(getattr(fig, "engram_viz_theme", "light"), THEMES["light"]).muted
         old = getattr(fig, _STAMP, None)
         if old is not None:
             old.set_text(text)
@@ -59,20 +56,20 @@ def stamp(fig: Any, source: Any) -> Any:
 
 
 class ProvenanceBox:
-    """Which model, weights and streams produced a result; shows as a box (HTML) or as text."""
+    """Which model, weights and streams produced a result; shows as a box (HTML, in ``theme``'s
+    colours) or as text."""
 
-    def __init__(self, source: Any):
+    def __init__(self, source: Any, theme: str | Theme = "light"):
         found = provenance_of(source)
         self.provenance = found if found is not None else Provenance("(unknown)", "", "?", False)
+        self.theme = get_theme(theme)
 
     def _repr_html_(self) -> str:
-        p = self.provenance
-        warn = f'<div style="margin-top:6px;color:#8a4b00">{_SYNTHETIC_NOTE}</div>' if p.synthetic else ""
-        return (
-            '<div style="border:1px solid #dfe3ea;background:#f5f7fa;border-radius:6px;padding:8px 12px;'
-            'font-size:13px;color:#1b1b1b"><b>Model and weights:</b> '
-            f"{html.escape(p.model)}<br><b>Residual streams:</b> {html.escape(p.streams or '(set on first run)')}"
-            f"<br><b>Config:</b> {html.escape(str(p.config))}{warn}</div>"
+        p, t = self.provenance, self.theme
+        warning = synthetic_warning(t, boxed=False) if p.synthetic else ""
+        streams = p.streams or "(set on first run)"
+        return str(
+            render("provenance_box.html.j2", t=t, model=p.model, streams=streams, config=p.config, warning=warning)
         )
 
     def __repr__(self) -> str:
