@@ -35,7 +35,6 @@ ipywidgets is imported when a comparison is built, so ``import engram_viz`` does
 
 from __future__ import annotations
 
-import html
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -54,8 +53,11 @@ from engram_viz.run.prompt_text import MAX_CHARS, PromptInputError, check_prompt
 from engram_viz.run.provenance import provenance_of
 from engram_viz.viz import gate_difference_heatmap, gate_difference_interactive, gate_heatmap_interactive, token_view
 from engram_viz.viz.comparison_html import difference_panel, header_html, prompt_panel
-from engram_viz.viz.style import get_theme
+from engram_viz.viz.html_templates import macros
+from engram_viz.viz.style import THEMES, get_theme
 
+_M = macros("widget.html.j2")
+CONTROLS_THEME = THEMES["light"]  # the lines among the controls sit on the notebook's page, not in a themed panel
 DEFAULT_PAIR = (
     "Only Alexander the Great could tame the horse Bucephalus.",
     "Only Alexander the Small could tame the horse Bucephalus.",
@@ -168,12 +170,11 @@ class PromptComparison:
         try:
             w, h, px = parse_placeholder(spec.removeprefix("<image:").removesuffix(">"), self.pipeline.config)
         except ImagePromptError as err:
-            self.controls.image_info.value = f'<span style="color:#b35900">{html.escape(str(err))}</span>'
+            self.controls.image_info.value = _M.note(CONTROLS_THEME.warn_text, str(err))
             return
         src = f"{px[0]}x{px[1]} px -> " if px else ""
-        self.controls.image_info.value = (
-            f'<span style="color:#666">{src}{w}x{h} grid: {w * h} image tokens, {h * (w + 1) + 2} positions</span>'
-        )
+        info = f"{src}{w}x{h} grid: {w * h} image tokens, {h * (w + 1) + 2} positions"
+        self.controls.image_info.value = _M.note(CONTROLS_THEME.muted, info)
 
     # -- state, readable and settable from Python -------------------------------------------------
 
@@ -267,7 +268,7 @@ class PromptComparison:
         try:
             parse_placeholder(spec, self.pipeline.config)
         except ImagePromptError as err:
-            self.controls.image_info.value = f'<span style="color:#b35900">{html.escape(str(err))}</span>'
+            self.controls.image_info.value = _M.note(CONTROLS_THEME.warn_text, str(err))
             return None
         placeholder = f"<image:{spec}>"
         box = self.controls.boxes[self.slots.index(slot)]
@@ -342,7 +343,7 @@ class PromptComparison:
         msg = f"{ok} of {len(self._results)} prompts shown; updated in {self.last_update_ms:.0f} ms"
         if bad:
             msg += f" - {len(bad)} need a fix (see the panels)"
-        return f'<div class="ev-status" style="font-size:12px;color:#666">{html.escape(msg)}</div>'
+        return _M.status(CONTROLS_THEME, msg)
 
     # -- read-back ----------------------------------------------------------------------------------
 

@@ -20,11 +20,11 @@ Everything can be driven from Python: ``select(position)``, ``rows_frame()``, ``
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
 import numpy as np
 import pandas as pd
+from markupsafe import Markup
 
 from engram_viz.analysis.explain.explanation import Explanation, explain
 from engram_viz.analysis.gates.comparison import PromptResult
@@ -32,11 +32,13 @@ from engram_viz.errors import InputError
 from engram_viz.run.counterfactual import engram_tables
 from engram_viz.run.pipeline import Pipeline
 from engram_viz.viz.comparison_html import difference_html, message_html, panel_box
+from engram_viz.viz.html_templates import macros, table_html
 from engram_viz.viz.style import get_theme
 from engram_viz.weights.row_edits import ZERO, edit_tables
 
 ROW_VIEW_COLUMNS = ("column", "order", "head", "row", "ngram", "share", "loo_gate", "gate")
 NO_TOKEN = ("pick a token of A", None)
+_M = macros("widget.html.j2")
 
 
 def row_view(ex: Explanation, position: int, layer: int, stream: int | str) -> pd.DataFrame:
@@ -63,25 +65,31 @@ def rows_table_html(rows: pd.DataFrame, token: str, position: int, layer: int, s
     """The 24 rows as an HTML table (inline CSS), each share with a signed bar."""
     t = get_theme(theme)
     scale = max(float(rows["share"].abs().max()), 1e-9)
-    cells = []
-    for r in rows.itertuples():
-        width = round(60 * abs(r.share) / scale)
-        colour = "#c0392b" if r.share < 0 else "#2e86c1"
-        bar = f'<span style="display:inline-block;height:8px;width:{width}px;background:{colour}"></span>'
-        cells.append(
-            f'<tr class="ev-row" data-column="{r.column}"><td>{r.column}</td><td>{r.order}-gram</td><td>h{r.head}</td>'
-            f"<td>{r.row}</td><td>{html.escape(repr(r.ngram))}</td><td>{100 * r.share:+.1f}% {bar}</td>"
-            f"<td>{r.loo_gate:.4f}</td></tr>"
-        )
-    head = "".join(f"<th>{h}</th>" for h in ("col", "order", "head", "row", "n-gram", "share of dot", "gate without"))
+    bars = [_M.bar(round(60 * abs(s) / scale), t.negative if s < 0 else t.positive) for s in rows["share"].tolist()]
+    shown = pd.DataFrame(
+        {
+            "col": rows["column"].tolist(),
+            "order": [f"{o}-gram" for o in rows["order"].tolist()],
+            "head": [f"h{h}" for h in rows["head"].tolist()],
+            "row": rows["row"].tolist(),
+            "n-gram": [repr(g) for g in rows["ngram"].tolist()],
+            "share of dot": pd.Series(
+                [Markup(f"{100 * s:+.1f}% {bar}") for s, bar in zip(rows["share"].tolist(), bars)],
+                dtype=object,  # keeps the cells Markup
+            ),
+            "gate without": [f"{g:.4f}" for g in rows["loo_gate"].tolist()],
+        }
+    )
+    table = table_html(
+        shown,
+        max_rows=len(shown),
+        css_class="ev-rows",
+        style=f"border-collapse:collapse;font-size:12px;color:{t.foreground}",
+        row_attrs={"class": ["ev-row"] * len(shown), "data-column": shown["col"].tolist()},
+    )
     what = f"stream {stream}" if not isinstance(stream, str) else "mean of streams"
     gate = float(rows["gate"].iloc[0]) if len(rows) else float("nan")
-    body = (
-        f'<div style="font-size:13px;margin-bottom:6px">{html.escape(repr(token))} at position {position}, '
-        f"layer {layer} ({what}): gate {gate:.4f}</div>"
-        f'<table class="ev-rows" style="border-collapse:collapse;font-size:12px;color:{t.foreground}">'
-        f"<tr>{head}</tr>{''.join(cells)}</table>"
-    )
+    body = _M.rows(t, repr(token), position, layer, what, f"{gate:.4f}", table)
     return panel_box(t, body, f"the 24 rows of position {position}")
 
 

@@ -9,6 +9,7 @@ included), unless they are already markup (``markupsafe.Markup``, e.g. a rendere
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -48,17 +49,38 @@ def render(name: str, **context: Any) -> Markup:
 
 
 def _cell(value: Any, floatfmt: str) -> str:
+    if isinstance(value, Markup):  # a cell that is already HTML (a bar, a link)
+        return value
     if isinstance(value, float | np.floating):
         return "NaN" if np.isnan(value) else floatfmt.format(value)
     return str(value)
 
 
-def table_html(df: pd.DataFrame, max_rows: int = 40, floatfmt: str = "{:.4g}") -> Markup:
-    """The first ``max_rows`` rows of ``df`` as an HTML table (class ``ev``, no index; floats as
-    ``floatfmt``), with a note when rows were left out."""
+def table_html(
+    df: pd.DataFrame,
+    max_rows: int = 40,
+    floatfmt: str = "{:.4g}",
+    *,
+    css_class: str = "ev",
+    style: str = "",
+    row_attrs: dict[str, Sequence[Any]] | None = None,
+) -> Markup:
+    """The first ``max_rows`` rows of ``df`` as an HTML table (class ``css_class``, inline ``style``
+    when given, no index; floats as ``floatfmt``, ``Markup`` cells as they are), with a note when rows
+    were left out. ``row_attrs``: attribute name -> one value per row of ``df``, set on each ``<tr>``."""
     shown = flatten_tuples(df.head(max_rows))
     rows = [[_cell(v, floatfmt) for v in row] for row in shown.itertuples(index=False, name=None)]
-    return render("table.html.j2", columns=[str(c) for c in shown.columns], rows=rows, n=len(df), max_rows=max_rows)
+    attrs = [[(name, values[i]) for name, values in (row_attrs or {}).items()] for i in range(len(rows))]
+    columns = [str(c) for c in shown.columns]
+    return render(
+        "table.html.j2",
+        columns=columns,
+        rows=zip(attrs, rows),
+        n=len(df),
+        max_rows=max_rows,
+        css_class=css_class,
+        style=style,
+    )
 
 
 def synthetic_warning(theme: str | Theme = "light", boxed: bool = True) -> Markup:

@@ -62,6 +62,8 @@ class Theme:
     warn_background: str  # a warning box on HTML pages (synthetic weights, a prompt that cannot run)
     warn_border: str
     warn_text: str  # a one-line warning without a box
+    positive: str  # a signed bar above zero (a row's share of the gate on HTML pages)
+    negative: str  # a signed bar below zero
 
     @property
     def token_cmap(self) -> Colormap:
@@ -88,6 +90,8 @@ THEMES: dict[str, Theme] = {
         warn_background="#fff4e5",
         warn_border="#f0b35b",
         warn_text="#8a4b00",
+        positive="#2e86c1",
+        negative="#c0392b",
     ),
     "dark": Theme(
         name="dark",
@@ -104,6 +108,8 @@ THEMES: dict[str, Theme] = {
         warn_background="#3a2c14",
         warn_border="#b07a2a",
         warn_text="#f0b35b",
+        positive="#2e86c1",
+        negative="#c0392b",
     ),
 }
 
