@@ -54,7 +54,8 @@ ev.notebook.provenance(trace)
 if pipe.lm is not None:
     counts = training_counts(pipe.config, pipe.lm.provenance)
     memory = gate_memory(trace, pipe.lm, counts)  # the report's tables gate_memory, memory_targets, ...
-    display(ev.viz.stamp(ev.viz.gate_vs_memory(memory.summary, memory.curve, memory.rho), trace))
+    axes = ev.viz.stamp(ev.viz.gate_vs_memory(memory.summary, memory.curve, memory.rho), trace)  # two Axes
+    display(axes[0].figure)
     display(memory.summary.round(3))
     display(memory.targets.round(3))
     display(memory.by_category.round(3))
@@ -68,7 +69,7 @@ if pipe.lm is not None:
 ev.gate_overview(gates).round(3)
 
 # %%
-ev.viz.gate_distributions(gates, by="category")
+ev.viz.gate_distributions(gates, by="category")[0].figure  # one Axes per layer, in one figure
 
 # %% [markdown]
 # ## Figure-7-style panels, English and Chinese
@@ -100,7 +101,7 @@ ev.viz.token_view(
 
 # %%
 for pid in (english[0], chinese[0]):
-    display(ev.viz.gate_heatmap(gates, pid))
+    display(ev.viz.gate_heatmap(gates, pid).figure)
 
 # %% [markdown]
 # ## Which stream is most selective for multi-token patterns?

@@ -72,7 +72,7 @@ columns = collisions.columns()
 columns.groupby(["layer", "order"])[["distinct_ngrams", "shared_buckets", "expected_shared_buckets"]].sum()
 
 # %%
-fig = ev.viz.collisions_vs_expected(columns)
+fig = ev.viz.collisions_vs_expected(columns)[0].figure  # the plot returns its Axes, one per layer
 fig.suptitle(f"V4.1-Flash layout; {description[:90]}", x=0.01, ha="left", fontsize=7)
 fig
 
@@ -85,7 +85,7 @@ fig
 # %%
 heads = collisions.heads_shared()
 display(heads[heads["ngrams"] > 0])
-ev.viz.heads_shared_vs_expected(heads)
+ev.viz.heads_shared_vs_expected(heads)[0, 0].figure  # Axes [layers, orders], in one figure
 
 # %% [markdown]
 # ## Decoded examples
@@ -109,7 +109,7 @@ trace = pipe.run(ev.load_prompts(ev.PROMPT_SETS["paper"]))
 gates = ev.gates_with_exposure(trace, pipe.config)
 display(ev.notebook.provenance(gates))
 for pid in ("en_alexander", "zh_great_wall"):
-    display(ev.viz.exposure_beside_gates(gates, pid))
+    display(ev.viz.exposure_beside_gates(gates, pid)[0].figure)
 own = ev.CollisionStats(pipe.config, counts=corpus.counts) if pipe.config.name != v41.name else collisions
 wide = ev.gates_with_exposure(trace, pipe.config, own)
 print(

@@ -45,7 +45,7 @@ coverage = usage.coverage()
 summary = coverage.groupby("layer")[["hits", "rows_touched", "prime"]].sum()
 summary["coverage"] = summary["rows_touched"] / summary["prime"]
 display(summary)
-ev.viz.coverage_per_column(coverage, log=True)
+ev.viz.coverage_per_column(coverage, log=True)[0].figure  # one Axes per layer, in one figure
 
 # %% [markdown]
 # ## Rank-frequency
@@ -53,7 +53,7 @@ ev.viz.coverage_per_column(coverage, log=True)
 # punctuation) take a large share of all reads.
 
 # %%
-ev.viz.row_rank_frequency(usage.rank_frequency())
+ev.viz.row_rank_frequency(usage.rank_frequency()).figure
 
 # %% [markdown]
 # ## Hot rows, decoded
@@ -69,4 +69,4 @@ usage.hot_rows(top=8, ngrams_per_row=2, tokenizer=decoder)
 # of rows touched in each bin. A good hash spreads the reads evenly over the address space.
 
 # %%
-ev.viz.touched_rows_map(usage, ev.EngramLayout(v41))
+ev.viz.touched_rows_map(usage, ev.EngramLayout(v41))[0].figure

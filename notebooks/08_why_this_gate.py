@@ -55,8 +55,8 @@ ex.position_table(position, layer).round(3)
 
 # %%
 groups = ex.groups_frame()
-display(ev.viz.attribution_bars(groups, position, layer=layer))  # stamped from the frame's provenance
-display(ev.viz.attribution_bars(groups, position, layer=layer, value="shapley"))
+display(ev.viz.attribution_bars(groups, position, layer=layer)[0].figure)  # stamped from the frame's provenance
+display(ev.viz.attribution_bars(groups, position, layer=layer, value="shapley")[0].figure)
 plt.close("all")
 
 # %%

@@ -122,7 +122,7 @@ ev.collateral_reads(loc.effect, loc.entity.ngrams, ev.ENTITY_PROMPT).round(4)
 heads, orders = ev.collision_interference(pipe, [loc.entity.text, *others[:3]], index)
 print(heads.groupby("collision")[["d_gate", "d_value"]].mean().round(4))
 heads_shared = ev.CollisionStats(pipe.config, counts=corpus.counts).heads_shared()
-ev.viz.heads_shared_vs_expected(ev.layout_provenance(pipe.config, description).tag(heads_shared))
+ev.viz.heads_shared_vs_expected(ev.layout_provenance(pipe.config, description).tag(heads_shared))[0, 0].figure
 
 # %% [markdown]
 # ## The figure

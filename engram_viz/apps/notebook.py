@@ -7,7 +7,7 @@ between the suite and a notebook page. The analyses the stories run live in ``en
   model, weights and residual streams produced a Trace / Pipeline, and warns when the weights are
   synthetic (``viz.stamps``; the figures drawn from a Trace's frames stamp themselves).
 - **Display**: ``show(fig, fallback)`` shows a plotly figure interactively *and* carries a static
-  PNG (the matplotlib ``fallback``, or the plotly figure itself via kaleido when none is given
+  PNG (the matplotlib ``fallback``: a plot's Axes or a Figure; or the plotly figure itself via kaleido when none is given
   and Chromium is there) in the same output, so a static viewer (GitHub) still shows a picture;
   ``setup()`` makes plotly emit its JSON mime type only (no ``<script>`` in any output).
 - **Figures**: ``figures_dir()`` is ``$ENGRAM_VIZ_FIGURES_DIR`` or ``figures/`` at the repository
@@ -41,6 +41,7 @@ from engram_viz.viz.export import (
     save_matplotlib,
 )
 from engram_viz.viz.stamps import ProvenanceBox
+from engram_viz.viz.style import figure_of
 
 REPO = DATA_DIR.parent  # the repository root (data/ lives there)
 
@@ -82,6 +83,7 @@ def layout_provenance(config: Any, data: str = "") -> ProvenanceBox:
 
 
 def _png(fig: Any, dpi: int = 110) -> bytes:
+    fig = figure_of(fig)  # a plot's Axes: its figure
     if hasattr(fig, "savefig"):
         with tempfile.TemporaryDirectory() as tmp:
             path = save_matplotlib(fig, Path(tmp) / "f.png", dpi=dpi)
@@ -113,8 +115,8 @@ class Interactive:
 
 
 def show(fig: Any, fallback: Any = None, dpi: int = 110) -> Interactive:
-    """Display a plotly ``fig`` interactively with a PNG of ``fallback`` (a matplotlib figure of
-    the same data; else the plotly figure through kaleido) in the same output."""
+    """Display a plotly ``fig`` interactively with a PNG of ``fallback`` (a matplotlib plot of the
+    same data, its Axes or its Figure; else the plotly figure through kaleido) in the same output."""
     return Interactive(fig, fallback, dpi)
 
 
@@ -155,10 +157,10 @@ def check_file(path: str | Path) -> str:
 def export_figures(
     figures: dict[str, Any], out_dir: str | Path, formats: Sequence[str] | None = None, dpi: float = 200
 ) -> pd.DataFrame:
-    """Write every figure with ``export.export_all`` (matplotlib: pdf, svg, png; plotly: html, and
-    png/svg through kaleido when Chromium is there; TokenView: html, png, pdf, svg) and check each
-    file; returns figure, format, path, bytes, check. A plotly figure without Chromium is written
-    as HTML only and says so."""
+    """Write every figure with ``export.export_all`` (matplotlib, a Figure or a plot's Axes: pdf,
+    svg, png; plotly: html, and png/svg through kaleido when Chromium is there; TokenView: html,
+    png, pdf, svg) and check each file; returns figure, format, path, bytes, check. A plotly figure
+    without Chromium is written as HTML only and says so."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     recs = []

@@ -135,10 +135,10 @@ def _draw_figures(sections: list[Section], out: Path) -> tuple[list[Section], di
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for spec in (p for s in sections for p in s.parts if isinstance(p, FigureSpec)):
-            fig = spec.draw()
-            files = tuple(export_all(fig, out / "figures" / spec.name, FIGURE_FORMATS))
+            axes = spec.draw()  # a plot's Axes (or array of them; export writes their figure), or a Figure
+            files = tuple(export_all(axes, out / "figures" / spec.name, FIGURE_FORMATS))
             figures[spec.name] = Figure(spec.name, files, spec.title, spec.caption)
-            del fig
+            del axes
     drawn = [
         replace(s, parts=tuple(figures[p.name] if isinstance(p, FigureSpec) else p for p in s.parts)) for s in sections
     ]

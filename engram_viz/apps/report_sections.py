@@ -36,7 +36,8 @@ MAX_SHOWCASE = 8  # prompts drawn as heatmaps: the first of each category, at mo
 
 @dataclass(frozen=True)
 class FigureSpec:
-    """A figure of the report before it is drawn: ``figures/<name>.png|.svg``, ``draw()`` makes it."""
+    """A figure of the report before it is drawn: ``figures/<name>.png|.svg``, ``draw()`` makes it
+    (returning the plot's Axes, or a Figure for the token text; the job exports either)."""
 
     name: str
     draw: Callable[[], Any]

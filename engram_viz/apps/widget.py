@@ -414,7 +414,7 @@ class PromptComparison:
             for key in diff["compare"].unique() if len(diff) else []:
                 sub = diff[diff["compare"] == key]
                 figs[f"diff {key}"] = gate_difference_interactive(sub, theme=self.theme)
-                figs[f"diff {key} (paper)"] = gate_difference_heatmap(sub, theme=self.theme)
+                figs[f"diff {key} (paper)"] = gate_difference_heatmap(sub, theme=self.theme).figure
             self._figures = figs
         return self._figures
 

@@ -2,7 +2,9 @@
 
 Paper figures (matplotlib: ``gate_plots``, ``collision_plots``, ``usage_plots``, ``token_figure``),
 each taking a tidy frame with the library's own column names first; all but the token text accept
-``ax=`` (draw into given axes and return them; else a new themed figure, returned):
+``ax=`` (draw into the given axes, else into a new themed figure) and return their Axes either way
+(a multi-panel plot an array of them; ``ax.figure`` is the figure). The token text is laid out over
+a whole figure and returns that ``Figure``:
 
 - ``token_text_figure(gates, ...)``      token-coloured text (Engram paper Figure 7 style)
 - ``gate_heatmap(gates, ...)``           stream x position gates of one prompt
@@ -21,7 +23,8 @@ Why this gate and row edits: ``attribution_bars(groups, position)``, ``attributi
 ``order_profile_plot(profile)``, ``loss_change_by_token(loss, prompt)``,
 ``gate_change_vs_colliding_heads(orders)``; gate versus memory: ``gate_vs_memory(summary, curve, rho)``.
 Every figure drawn from a frame that carries provenance (every frame of a Trace) is stamped with it
-(``stamps.stamp``). Save any of them with ``engram_viz.viz.export.export_all(fig, stem)``.
+(``stamps.stamp``). Save any of them with ``engram_viz.viz.export.export_all(ax, stem)`` (an Axes
+writes its figure).
 """
 
 from engram_viz.viz.attribution_plots import attribution_bars, attribution_bars_interactive, order_profile_plot

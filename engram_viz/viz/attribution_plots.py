@@ -3,8 +3,8 @@ interactive), and the orders' Shapley values per token class.
 
 Data first: ``groups`` is :meth:`engram_viz.analysis.explain.explanation.Explanation.groups_frame` (columns
 ``analysis.explain.explanation.GROUP_COLUMNS``); ``profile`` is :func:`engram_viz.analysis.explain.explanation.order_profile`.
-A matplotlib plot draws into ``ax`` when given (returning it) or into a new themed figure
-(returning the ``Figure``); saving is ``engram_viz.viz.export``'s.
+A matplotlib plot draws into ``ax`` when given or into a new themed figure and returns its Axes
+either way (``ax.figure`` is the figure); saving is ``engram_viz.viz.export``'s.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
-from matplotlib.figure import Figure
 
 from engram_viz.errors import FrameError, InputError
 from engram_viz.viz.figure_axes import AxesArg, drawn, legend, plot_axes
@@ -50,10 +49,11 @@ def attribution_bars(
     value: str = "dot_share",
     ax: AxesArg = None,
     theme: str | Theme = "light",
-) -> Figure | Axes:
+) -> np.ndarray | Axes | AxesArg:
     """Bars of ``value`` per n-gram order (left) and per head (right) for one position and layer,
     one bar per stream. ``value``: ``dot_share`` (default), ``loo_gate``, ``value_proj``, or
-    ``shapley`` (orders only: one panel). ``ax``: one Axes per panel."""
+    ``shapley`` (orders only: one panel). ``ax``: one Axes per panel. Returns the panels: an array
+    of Axes, one per panel (the given ``ax`` as given)."""
     if value not in VALUES:
         raise InputError(f"value {value!r} unknown; expected one of {list(VALUES)}")
     df, position, layer = _one_position(groups, position, layer)
@@ -81,19 +81,19 @@ def attribution_bars(
         token = display_piece(str(df["token"].iloc[0]))
         axes[0].set_title(f"{token!r} (position {position}), layer {layer}", loc="left", fontsize=8)
         legend(fig, axes, ax is None, handles, [f"stream {s}" for s in streams], len(streams))
-    return drawn(fig, ax, groups)
+    return drawn(axes, ax, groups)
 
 
 def order_profile_plot(
     profile: pd.DataFrame, *, layer: int | None = None, ax: Axes | None = None, theme: str | Theme = "light"
-) -> Figure | Axes:
+) -> Axes:
     """Mean Shapley value of each n-gram order for the gate, per token class (bars, one group per
-    class): which orders open the gate on entities, function words and the rest."""
+    class): which orders open the gate on entities, function words and the rest. Returns the Axes."""
     require_columns(profile, ("layer", "token_class", "order", "shapley"), "order profile")
     layer = int(profile["layer"].iloc[0]) if layer is None else int(layer)
     df = profile[profile["layer"] == layer]
     table = df.groupby(["token_class", "order"])["shapley"].mean().unstack("order")
-    with plot_axes(ax, theme, (4.6, 2.8), 1, lambda f: f.subplots()) as (fig, _t, axes):
+    with plot_axes(ax, theme, (4.6, 2.8), 1, lambda f: f.subplots()) as (_fig, _t, axes):
         a = axes[0]
         orders = list(table.columns)
         width = 0.8 / len(orders)
@@ -106,7 +106,7 @@ def order_profile_plot(
         a.set_ylabel("mean Shapley value (gate)")
         a.set_title(f"which n-gram orders open the gate, layer {layer}", loc="left", fontsize=8)
         a.legend(fontsize=7)
-    return drawn(fig, ax, profile)
+    return drawn(a, ax, profile)
 
 
 def attribution_bars_interactive(groups: pd.DataFrame, position: int | None = None, *, layer: int | None = None):

@@ -2,8 +2,8 @@
 (order, head) column, and how many heads an n-gram shares its bucket on.
 
 Each takes the frame ``engram_viz.analysis.row_stats.collisions.CollisionStats`` gives (``columns()``,
-``heads_shared()``) first, draws into ``ax`` when given (one Axes per panel, returned) or into a
-new themed figure (returned).
+``heads_shared()``) first, draws into ``ax`` when given (one Axes per panel) or into a new themed
+figure, and returns its panels either way (``ax.figure`` is the figure).
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ def collisions_vs_expected(
     ax: AxesArg = None,
     theme: str | Theme = "light",
     width: float = 7.0,
-) -> Figure | Axes | Sequence[Axes]:
+) -> np.ndarray | Axes | Sequence[Axes]:
     """Observed colliding buckets (bars) against those an ideal uniform hash of the same prime size
-    would give (markers), per (n-gram order, head) column, one panel per layer.
+    would give (markers), per (n-gram order, head) column, one panel per layer. Returns the panels:
+    an array of Axes, one per layer (the given ``ax`` as given).
 
     collisions: layer, order, head, prime, distinct_ngrams, occupied, shared_buckets,
     expected_occupied, expected_shared_buckets (``CollisionStats.columns()``).
@@ -66,7 +67,7 @@ def collisions_vs_expected(
             panel.grid(axis="y")
             panel.set_axisbelow(True)
         legend(fig, axes, ax is None, *axes[0].get_legend_handles_labels(), 2)
-    return drawn(fig, ax, collisions)
+    return drawn(axes, ax, collisions)
 
 
 def _sharing_panel(ax: Axes, at: pd.DataFrame, colour, t: Theme) -> None:
@@ -100,11 +101,12 @@ def heads_shared_vs_expected(
     ax: AxesArg = None,
     theme: str | Theme = "light",
     width: float = 7.0,
-) -> Figure | Axes | Sequence[Axes]:
+) -> np.ndarray | Axes | Sequence[Axes]:
     """Multi-head sharing: how many distinct n-grams share a bucket on 0, 1, ..., 8 of their heads
     (bars, log scale) against a uniform hash (markers; Poisson-binomial over the heads), one panel
     per (layer, order) (``ax``: one Axes per panel, layer-major). An n-gram's table read is
-    ambiguous only on the heads where it shares.
+    ambiguous only on the heads where it shares. Returns the panels: an array of Axes
+    ``[layers, orders]`` (the given ``ax`` as given).
 
     heads_shared: layer, order, heads_shared, ngrams, expected_ngrams (``CollisionStats.heads_shared()``).
     """
@@ -127,4 +129,4 @@ def heads_shared_vs_expected(
         if ax is None:
             fig.supxlabel("heads (of 8) on which the n-gram shares its bucket", fontsize=8)
         legend(fig, flat, ax is None, *axes[0, 0].get_legend_handles_labels(), 2)
-    return drawn(fig, ax, heads_shared)
+    return drawn(axes, ax, heads_shared)

@@ -3,7 +3,7 @@ gate change a shared row makes against the number of colliding heads.
 
 Each takes the frame its analysis gives first (``analysis.edits.localisation.Localisation.loss``,
 ``analysis.interference.collision_interference``'s orders frame), draws into ``ax`` when given
-(returned) or into a new themed figure (returned).
+or into a new themed figure, and returns its Axes either way (``ax.figure`` is the figure).
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
-from matplotlib.figure import Figure
 
 from engram_viz.errors import FrameError
 from engram_viz.viz.figure_axes import drawn, plot_axes, token_ticks
@@ -35,16 +34,17 @@ def loss_change_by_token(
     theme: str | Theme = "light",
     width: float = 7.0,
     title: str | None = None,
-) -> Figure | Axes:
+) -> Axes:
     """Change in next-token loss (nats) at every position of ``prompt``, one bar series per column of
     ``series`` (minus ``loss``); x labels are the predicted tokens; ``highlight`` positions (e.g. the
-    entity continuation) get a shaded band. loss: prompt, position, next_token, loss and ``series``."""
+    entity continuation) get a shaded band. loss: prompt, position, next_token, loss and ``series``.
+    Returns the Axes."""
     require_columns(loss, (*LOSS_COLUMNS, *series), "loss")
     at = loss[loss["prompt"] == prompt].sort_values("position")
     if at.empty:
         raise FrameError(f"prompt {prompt!r} not in the loss frame; it has {sorted(set(loss['prompt']))}")
 
-    with plot_axes(ax, theme, (width, 2.6), 1, lambda fig: fig.subplots()) as (fig, t, axes):
+    with plot_axes(ax, theme, (width, 2.6), 1, lambda fig: fig.subplots()) as (_fig, t, axes):
         panel = axes[0]
         x = np.arange(len(at))
         w = 0.8 / max(len(series), 1)
@@ -65,7 +65,7 @@ def loss_change_by_token(
         panel.set_xlabel("predicted token", fontsize=7)
         panel.set_title(title or f"next-token loss change, prompt {prompt!r}", loc="left")
         panel.legend(fontsize=7, loc="upper left")
-    return drawn(fig, ax, loss)
+    return drawn(panel, ax, loss)
 
 
 def gate_change_vs_colliding_heads(
@@ -75,17 +75,18 @@ def gate_change_vs_colliding_heads(
     ax: Axes | None = None,
     theme: str | Theme = "light",
     width: float = 4.5,
-) -> Figure | Axes:
+) -> Axes:
     """Mean |gate change| over the streams when an order's colliding heads (their rows shared with
     other corpus n-grams) are taken out, against how many of its heads collide: one dot per
-    (position, order), jittered, and the mean per count. orders: layer, order, n_colliding, d_gate."""
+    (position, order), jittered, and the mean per count. orders: layer, order, n_colliding, d_gate.
+    Returns the Axes."""
     require_columns(orders, INTERFERENCE_COLUMNS, "orders")
     at = orders if layer is None else orders[orders["layer"] == layer]
     if at.empty:
         raise FrameError(f"no rows for layer {layer}; the frame has layers {sorted(set(orders['layer']))}")
     rng = np.random.default_rng(0)
 
-    with plot_axes(ax, theme, (width, 3.0), 1, lambda fig: fig.subplots()) as (fig, t, axes):
+    with plot_axes(ax, theme, (width, 3.0), 1, lambda fig: fig.subplots()) as (_fig, t, axes):
         panel = axes[0]
         for i, (order, g) in enumerate(at.groupby("order")):
             x = g["n_colliding"].to_numpy(float) + (i - 1) * 0.18 + rng.uniform(-0.06, 0.06, len(g))
@@ -98,4 +99,4 @@ def gate_change_vs_colliding_heads(
         panel.legend(fontsize=7)
         panel.grid(axis="y")
         panel.set_axisbelow(True)
-    return drawn(fig, ax, orders)
+    return drawn(panel, ax, orders)

@@ -24,7 +24,7 @@ from matplotlib.figure import Figure
 
 from engram_viz._files import atomic_write_bytes, atomic_write_text, atomic_writer
 from engram_viz.errors import BrowserNotFoundError, ExportError, InputError, InputTypeError
-from engram_viz.viz.style import paper_rc
+from engram_viz.viz.style import figure_of, paper_rc
 from engram_viz.viz.tokens import TokenView
 
 MATPLOTLIB_FORMATS = ("pdf", "svg", "png")
@@ -49,14 +49,15 @@ _REMOTE = re.compile(
 _EXPORT_ONLY_RC = {"pdf.fonttype": 42, "ps.fonttype": 42, "svg.fonttype": "none", "svg.hashsalt": "engram-viz"}
 
 
-def save_matplotlib(fig: Figure, path: str | os.PathLike, *, dpi: float = 200, fmt: str | None = None) -> Path:
-    """Save a matplotlib figure as PDF, SVG or PNG (format from ``fmt`` or the suffix).
+def save_matplotlib(fig: Any, path: str | os.PathLike, *, dpi: float = 200, fmt: str | None = None) -> Path:
+    """Save a matplotlib figure as PDF, SVG or PNG (format from ``fmt`` or the suffix); ``fig`` may
+    be what a plot returned (an Axes or an array of them): their figure is saved.
 
     PDF embeds TrueType fonts (fonttype 42), SVG keeps text as text (fonttype 'none'), PNG is
     ``int(width_in * dpi) x int(height_in * dpi)`` pixels. Figures of ``engram_viz.viz`` are
     saved under their theme's settings; dates are left out so that files are reproducible.
     """
-    fmt = _format_of(path, fmt)
+    fig, fmt = figure_of(fig), _format_of(path, fmt)
     if fmt not in MATPLOTLIB_FORMATS:
         raise InputError(f"a matplotlib figure exports as {list(MATPLOTLIB_FORMATS)}, not {fmt!r} ({path})")
     theme = getattr(fig, "engram_viz_theme", None)
@@ -195,7 +196,9 @@ def _is_plotly(fig) -> bool:
 
 
 def figure_kind(fig) -> str:
-    """'matplotlib', 'plotly', 'token_view' or 'html' (a str holding an HTML document)."""
+    """'matplotlib' (a Figure, or the Axes a plot returned), 'plotly', 'token_view' or 'html' (a str
+    holding an HTML document)."""
+    fig = figure_of(fig)
     if isinstance(fig, Figure):
         return "matplotlib"
     if isinstance(fig, TokenView):
@@ -219,8 +222,10 @@ def save_figure(
     height: int | None = None,
     scale: float = 1.0,
 ) -> Path:
-    """Save any supported figure to ``path``, the format taken from the suffix. ``dpi`` applies to
-    matplotlib output, ``width`` / ``height`` / ``scale`` to plotly static output."""
+    """Save any supported figure to ``path``, the format taken from the suffix (a plot's Axes saves
+    its figure). ``dpi`` applies to matplotlib output, ``width`` / ``height`` / ``scale`` to plotly
+    static output."""
+    fig = figure_of(fig)
     kind, fmt = figure_kind(fig), _format_of(path, None)
     if fmt not in _SUPPORTED[kind]:
         raise InputError(f"a {kind} figure exports as {list(_SUPPORTED[kind])}, not {fmt!r} ({path})")
@@ -247,12 +252,14 @@ def export_all(
     height: int | None = None,
     scale: float = 1.0,
 ) -> list[Path]:
-    """Write ``fig`` as ``stem.<format>`` for each format and return the paths in that order.
+    """Write ``fig`` as ``stem.<format>`` for each format and return the paths in that order; a
+    plot's Axes (or its array of Axes) writes its figure: ``export_all(ax, stem)``.
 
     Default formats: matplotlib pdf, svg, png; plotly html, png, svg; TokenView html, png, pdf,
     svg. Each file is written atomically; plotly static formats share one browser session. Raises
     before writing anything when a format is not supported for the figure.
     """
+    fig = figure_of(fig)
     kind = figure_kind(fig)
     wanted = [f.lower().lstrip(".") for f in (formats or DEFAULT_FORMATS[kind])]
     bad = [f for f in wanted if f not in _SUPPORTED[kind]]

@@ -31,8 +31,8 @@ def plot_axes(
 
     With ``ax=None`` a new themed figure of ``figsize`` inches (``style.themed_figure``) whose
     axes ``make(fig)`` creates (an Axes or an array of them); else the caller's ``ax`` (one Axes,
-    or a sequence of ``n``), drawn under the theme's rcParams. A plot returns ``fig`` when it made
-    it and the caller's ``ax`` otherwise (see :func:`drawn`).
+    or a sequence of ``n``), drawn under the theme's rcParams. Either way the plot returns its
+    axes, never the figure (see :func:`drawn`); ``ax.figure`` reaches it.
     """
     if ax is None:
         with themed_figure(theme, figsize) as (fig, t):
@@ -46,13 +46,19 @@ def plot_axes(
         yield axes[0].figure, t, axes
 
 
-def drawn(fig: Figure, ax: AxesArg, data: pd.DataFrame | None = None) -> Figure | Axes | Sequence[Axes]:
-    """What a plot returns: the figure it made, or the axes it was given (the caller holds their
-    figure, and a multi-panel plot fills several). Either way the figure is stamped with the
-    provenance ``data`` carries in its attrs (``viz.stamps.stamp``; a frame without leaves it bare)."""
+def drawn(
+    panels: Axes | Sequence[Axes] | np.ndarray, ax: AxesArg, data: pd.DataFrame | None = None
+) -> Axes | np.ndarray | Sequence[Axes]:
+    """What a plot returns, whether it made its figure or was given ``ax``: its Axes (a one-panel
+    plot), else its panels (an array of Axes when it made them, the caller's ``ax`` as given
+    otherwise). The figure is stamped with the provenance ``data`` carries in its attrs
+    (``viz.stamps.stamp``; a frame without leaves it bare)."""
+    if not isinstance(panels, Axes):
+        panels = np.asarray(panels, dtype=object)  # a 1-D array of the panels, or the plot's own grid
+    first = panels if isinstance(panels, Axes) else panels.flat[0]
     if data is not None:
-        stamp(fig, data)
-    return fig if ax is None else ax
+        stamp(first.figure, data)
+    return panels if isinstance(panels, Axes) or ax is None else ax
 
 
 def legend(fig: Figure, axes: list[Axes], owned: bool, handles: list, labels: list, ncols: int) -> None:

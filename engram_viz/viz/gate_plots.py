@@ -2,9 +2,9 @@
 exposure beside the gates, and the gate difference of two prompts.
 
 Every function takes a tidy frame first (columns as ``Trace.to_frame("gates")`` and
-``analysis.gates.comparison`` give them; see ``frames``), draws into ``ax`` when given (returning it)
-or into a new pyplot-free themed figure (returning the ``Figure``), and leaves saving to
-``engram_viz.viz.export``.
+``analysis.gates.comparison`` give them; see ``frames``), draws into ``ax`` when given or into a new
+pyplot-free themed figure, returns its Axes either way (``ax.figure`` is the figure) and leaves saving
+to ``engram_viz.viz.export``.
 """
 
 from __future__ import annotations
@@ -63,9 +63,9 @@ def gate_heatmap(
     width: float | None = None,
     vmin: float = 0.0,
     vmax: float = 1.0,
-) -> Figure | Axes:
+) -> Axes:
     """Stream x position heatmap of one prompt's gates; all layers stacked (all 8 gates on V4.1)
-    unless ``layer`` picks some. Image positions are grey.
+    unless ``layer`` picks some. Image positions are grey. Returns the Axes.
 
     gates: prompt, position, token, is_image, layer, stream, gate.
     """
@@ -88,7 +88,7 @@ def gate_heatmap(
         for side in ("left", "bottom"):
             axes.spines[side].set_visible(False)
         fig.colorbar(im, ax=axes, label="gate", fraction=0.04, pad=0.01, aspect=15).outline.set_visible(False)
-    return drawn(fig, ax, gates)
+    return drawn(axes, ax, gates)
 
 
 def _stream_boxes(ax: Axes, at: pd.DataFrame, by: str, groups: list, streams: list[int], t: Theme) -> None:
@@ -125,10 +125,10 @@ def gate_distributions(
     ax: AxesArg = None,
     theme: str | Theme = "light",
     width: float | None = None,
-) -> Figure | Axes | Sequence[Axes]:
+) -> np.ndarray | Axes | Sequence[Axes]:
     """Box plots of gates per group of ``by`` (category, prompt, ...), one box per stream, one panel
     per layer (``ax``: one Axes per layer). Image positions are left out (their gates are 0 by
-    construction).
+    construction). Returns the panels: an array of Axes, one per layer (the given ``ax`` as given).
 
     gates: prompt, position, token, is_image, layer, stream, gate, and the ``by`` column.
     """
@@ -163,7 +163,7 @@ def gate_distributions(
         legend(fig, axes, ax is None, handles, [h.get_label() for h in handles], len(streams))
         if ax is None:
             fig.suptitle(f"gate distributions by {by} (text positions)", x=0.01, ha="left", fontsize=9.5)
-    return drawn(fig, ax, gates)
+    return drawn(axes, ax, gates)
 
 
 def _exposure_panels(fig: Figure, top: Axes, bottom: Axes, lay: int, table: pd.DataFrame, t: Theme) -> None:
@@ -199,10 +199,12 @@ def exposure_beside_gates(
     ax: AxesArg = None,
     theme: str | Theme = "light",
     width: float | None = None,
-) -> Figure | Sequence[Axes]:
+) -> np.ndarray | Sequence[Axes]:
     """Per layer, the stream x position gate heatmap above a bar chart of each position's collision
     exposure (0..24 of its rows shared with another n-gram); r is the Pearson correlation of
     exposure with the mean gate over text positions. ``ax``: two Axes per layer (gates, bars).
+    Returns the panels: an array of Axes, gates and bars of each layer in turn (the given ``ax``
+    as given).
 
     gates: prompt, position, token, is_image, layer, stream, gate, exposure.
     """
@@ -224,7 +226,7 @@ def exposure_beside_gates(
         token_ticks(axes[-1], tokens)
         if ax is None:
             fig.suptitle(str(prompt), x=0.01, ha="left", fontsize=9.5)
-    return drawn(fig, ax, gates)
+    return drawn(axes, ax, gates)
 
 
 def diff_matrix(diff: pd.DataFrame) -> tuple[np.ndarray, list[str], list[str], float]:
@@ -252,10 +254,11 @@ def gate_difference_heatmap(
     theme: str | Theme = "light",
     width: float | None = None,
     title: str | None = None,
-) -> Figure | Axes:
+) -> Axes:
     """Gate of prompt B minus prompt A per aligned token (x) and (layer, stream) (y), on a
     diverging, colour-blind-safe map scaled to the largest absolute difference (at least 0.05).
     Tokens only in one prompt are grey; x labels are B's tokens ('-tok' for A's deleted ones).
+    Returns the Axes.
 
     diff: pair, kind, token_a, token_b, layer, stream, diff (``engram_viz.analysis.gates.comparison.gate_difference``).
     """
@@ -277,4 +280,4 @@ def gate_difference_heatmap(
             axes.spines[side].set_visible(False)
         bar = fig.colorbar(im, ax=axes, label=f"gate {b} - {a}", fraction=0.04, pad=0.01, aspect=15)
         bar.outline.set_visible(False)
-    return drawn(fig, ax, diff)
+    return drawn(axes, ax, diff)

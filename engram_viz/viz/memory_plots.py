@@ -2,7 +2,7 @@
 
 Inputs are the tables of :mod:`engram_viz.analysis.gates.gate_memory`: the summary (layer, group,
 n, mean_gate, ...) and the curve (layer, count_bin, n, mean_gate) with its Spearman per layer.
-Draws into ``ax`` (two Axes) when given, else into a new themed figure (returned).
+Draws into ``ax`` (two Axes) when given, else into a new themed figure; returns its two Axes.
 """
 
 from __future__ import annotations
@@ -24,16 +24,17 @@ def gate_vs_memory(
     *,
     ax: AxesArg = None,
     theme: str | Theme = "light",
-) -> Figure | AxesArg:
+) -> np.ndarray | AxesArg:
     """Left: mean gate (over streams) per memory group, one bar per Engram layer. Right: mean gate
-    per bin of the position's training n-gram count, one line per layer, Spearman in the legend."""
+    per bin of the position's training n-gram count, one line per layer, Spearman in the legend.
+    Returns the panels: an array of the two Axes (left, right; the given ``ax`` as given)."""
     layers = sorted(int(x) for x in pd.unique(summary["layer"]))
     groups = [g for g in GROUP_LABELS if g in set(summary["group"].astype(str))]
 
     def make(fig: Figure):
         return fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.3]})
 
-    with plot_axes(ax, theme, (9.0, 3.2), 2, make) as (fig, t, (left, right)):
+    with plot_axes(ax, theme, (9.0, 3.2), 2, make) as (_fig, t, (left, right)):
         width = 0.8 / max(1, len(layers))
         for i, layer in enumerate(layers):
             s = summary[summary["layer"] == layer].set_index(summary["group"].astype(str)[summary["layer"] == layer])
@@ -60,4 +61,4 @@ def gate_vs_memory(
         right.set_title("gate vs training count", loc="left")
         right.grid(alpha=0.3)
         right.legend(fontsize=7)
-    return drawn(fig, ax, summary)
+    return drawn([left, right], ax, summary)

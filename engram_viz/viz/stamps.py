@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from engram_viz.errors import InputTypeError
 from engram_viz.run.provenance import Provenance, provenance_of
 from engram_viz.viz.html_templates import render, synthetic_warning
-from engram_viz.viz.style import THEMES, Theme, get_theme
+from engram_viz.viz.style import THEMES, Theme, figure_of, get_theme
 
 _STAMP = "_engram_viz_stamp"  # the matplotlib Text a figure was stamped with (restamping replaces it)
 _TITLE = "_engram_viz_title"  # a TokenView's own title, before its stamp
@@ -27,7 +27,11 @@ def stamp(fig: Any, source: Any) -> Any:
     """Write the provenance of ``source`` (a frame with provenance attrs, a Trace, a Pipeline, a
     Provenance, or a label string) on ``fig``: a matplotlib figure gets a small line in its bottom-left
     corner (once: stamping again replaces it), a plotly figure a subtitle, a TokenView its title.
-    A frame without provenance leaves the figure as it is. Returns the figure."""
+    ``fig`` may be what a plot returned, an Axes or an array of them: their figure is stamped.
+    A frame without provenance leaves the figure as it is. Returns ``fig`` as given."""
+    if figure_of(fig) is not fig:  # an Axes, or the array of them a plot returned
+        stamp(figure_of(fig), source)
+        return fig
     if isinstance(source, str):
         text = Provenance(source, "", "", False).label
     else:

@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from functools import cache, lru_cache
 
 import matplotlib
+import numpy as np
 from cycler import cycler
 from matplotlib import colormaps, font_manager
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import Colormap, LinearSegmentedColormap, to_rgb
 from matplotlib.figure import Figure
@@ -272,3 +274,13 @@ def themed_figure(theme: str | Theme, figsize: tuple[float, float], layout: str 
         fig.draw_without_rendering()
         fig.set_layout_engine("none")  # freeze the layout: later draws and saves are identical
     fig.engram_viz_theme = t.name
+
+
+def figure_of(drawn: object) -> object:
+    """The matplotlib figure of what a plot returned: an Axes, or an array or sequence of them (the
+    figure of the first), reaches its ``.figure``; anything else (a Figure, a plotly figure, a
+    TokenView) is returned as it is."""
+    if isinstance(drawn, (list, tuple, np.ndarray)) and len(drawn):
+        first = np.ravel(np.asarray(drawn, dtype=object))[0]
+        return first.figure if isinstance(first, Axes) else drawn
+    return drawn.figure if isinstance(drawn, Axes) else drawn

@@ -3,7 +3,8 @@ rows, and where the touched rows lie in a layer's address space.
 
 Each takes the frame ``engram_viz.analysis.row_stats.usage.RowUsage`` gives (``coverage()``,
 ``rank_frequency()``; a (layer, row, hits) frame or the ``RowUsage`` itself) first, draws into
-``ax`` when given (one Axes per panel, returned) or into a new themed figure (returned).
+``ax`` when given (one Axes per panel) or into a new themed figure, and returns its Axes either
+way (``ax.figure`` is the figure).
 """
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ def coverage_per_column(
     theme: str | Theme = "light",
     width: float = 7.0,
     log: bool = False,
-) -> Figure | Axes | Sequence[Axes]:
+) -> np.ndarray | Axes | Sequence[Axes]:
     """Fraction of each column's rows touched (rows_touched / prime) per (n-gram order, head), one
-    panel per layer.
+    panel per layer. Returns the panels: an array of Axes, one per layer (the given ``ax`` as given).
 
     coverage: layer, order, head, prime, rows_touched, coverage (``RowUsage.coverage()``).
     """
@@ -44,7 +45,7 @@ def coverage_per_column(
     def make(fig: Figure):
         return fig.subplots(len(layers), 1, squeeze=False)[:, 0]
 
-    with plot_axes(ax, theme, (width, 0.6 + 1.8 * len(layers)), len(layers), make) as (fig, t, axes):
+    with plot_axes(ax, theme, (width, 0.6 + 1.8 * len(layers)), len(layers), make) as (_fig, t, axes):
         for panel, lay in zip(axes, layers):
             at = coverage[coverage["layer"] == lay].sort_values(["order", "head"])
             x, orders, n_heads = column_index(at)
@@ -61,7 +62,7 @@ def coverage_per_column(
             panel.set_ylabel("touched / prime", fontsize=7)
             panel.grid(axis="y")
             panel.set_axisbelow(True)
-    return drawn(fig, ax, coverage)
+    return drawn(axes, ax, coverage)
 
 
 def _log_ranks(n: int, points: int = 2000) -> np.ndarray:
@@ -90,9 +91,9 @@ def row_rank_frequency(
     ax: Axes | None = None,
     theme: str | Theme = "light",
     width: float = 4.5,
-) -> Figure | Axes:
+) -> Axes:
     """Rank-frequency of table rows on log-log axes (hits of the r-th most used row), one line per
-    layer; long tails are drawn at log-spaced ranks.
+    layer; long tails are drawn at log-spaced ranks. Returns the Axes.
 
     usage: layer, row, hits (duplicate (layer, row) entries are summed), or an already ranked
     frame layer, rank, hits (``RowUsage.rank_frequency()``), or a ``RowUsage``.
@@ -101,7 +102,7 @@ def row_rank_frequency(
     ranked = "rank" in usage.columns and "row" not in usage.columns
     require_columns(usage, ("layer", "rank", "hits") if ranked else USAGE_COLUMNS, "usage")
     layers = pick_layers(usage, layer, "usage")
-    with plot_axes(ax, theme, (width, 3.2), 1, lambda fig: fig.add_subplot()) as (fig, t, (axes,)):
+    with plot_axes(ax, theme, (width, 3.2), 1, lambda fig: fig.add_subplot()) as (_fig, t, (axes,)):
         for k, lay in enumerate(layers):
             ranks, hits, label = _ranked(usage[usage["layer"] == lay], ranked, lay)
             if len(ranks):
@@ -116,7 +117,7 @@ def row_rank_frequency(
         axes.set_axisbelow(True)
         axes.legend(loc="upper right")
         axes.set_title("table row usage: rank-frequency", loc="left")
-    return drawn(fig, ax, usage)
+    return drawn(axes, ax, usage)
 
 
 def _bin_sizes(prime: int, bins: int) -> np.ndarray:
@@ -194,11 +195,12 @@ def touched_rows_map(
     ax: AxesArg = None,
     theme: str | Theme = "light",
     width: float = 7.0,
-) -> Figure | Axes | Sequence[Axes]:
+) -> np.ndarray | Axes | Sequence[Axes]:
     """Where touched rows lie in a layer's address space: one strip per (n-gram order, head) column,
     each column's buckets split into ``bins`` bins, colour = fraction of the bin's rows touched
     (``weight='touched'``) or hits per row (``'hits'``), log scale. Never dense over the table:
-    memory is ``24 x bins``. One panel per layer.
+    memory is ``24 x bins``. One panel per layer; returns them, an array of Axes (the given ``ax``
+    as given).
 
     usage: layer, row, hits (row = row id in the layer's table, column offsets included), or a
     ``RowUsage``.
@@ -219,4 +221,4 @@ def touched_rows_map(
     with plot_axes(ax, theme, (width, 0.5 + 2.2 * len(layers)), len(layers), make) as (fig, t, axes):
         for panel, lay in zip(axes, layers):
             _touched_panel(fig, panel, usage, lay, lay_out, bins, weight, t)
-    return drawn(fig, ax, usage)
+    return drawn(axes, ax, usage)

@@ -111,6 +111,8 @@ def test_notebook_runs_top_to_bottom_offline(path, tmp_path, monkeypatch):
     assert images, f"{path.name} shows no figure"
     bare = [o for o in outputs if o.get("data", {}).get("text/plain", "").startswith("<Figure size")]
     assert not [o for o in bare if "image/png" not in o["data"]], f"{path.name}: a figure shows as text only"
+    axes = [o for o in outputs if re.match(r"(array\(|\[)*<Axes", o.get("data", {}).get("text/plain", ""))]
+    assert not axes, f"{path.name}: a plot's Axes shows as text (end the cell with ax.figure)"
     text = json.dumps(outputs)
     assert "Model and weights" in text or "model and weights" in text, f"{path.name} never says which model ran"
     after = sorted(p.name for p in (ROOT / "figures").glob("*")) if (ROOT / "figures").is_dir() else []

@@ -40,13 +40,13 @@ def test_stamp_and_show_carry_the_label_and_a_png(trace):
     from engram_viz.viz import gate_heatmap, gate_heatmap_interactive, token_view
 
     gates = trace.to_frame("gates")
-    fig = stamp(gate_heatmap(gates, "en"), trace.model_label)
-    assert any(short_label(trace.model_label) == t.get_text() for t in fig.texts)
+    ax = stamp(gate_heatmap(gates, "en"), trace.model_label)  # an Axes: its figure is stamped
+    assert any(short_label(trace.model_label) == t.get_text() for t in ax.figure.texts)
     view = stamp(token_view(gates, "en", title="t"), "model X at /some/where")
     assert view.title == "t \u2014 model X"
     inter = stamp(gate_heatmap_interactive(gates, "en"), trace.model_label)
     assert inter.layout.title.subtitle.text
-    bundle = nb.show(inter, fig)._repr_mimebundle_()
+    bundle = nb.show(inter, ax)._repr_mimebundle_()  # the PNG of the Axes' figure
     assert "application/vnd.plotly.v1+json" in bundle
     assert base64.b64decode(bundle["image/png"]).startswith(b"\x89PNG")
     json.dumps(bundle)  # what a kernel sends must be JSON
@@ -89,7 +89,7 @@ def test_figures_from_a_trace_frame_stamp_themselves(trace):
 
     gates = trace.to_frame("gates")
     label = short_label(trace.model_label)
-    fig = gate_heatmap(gates, "en")
+    fig = gate_heatmap(gates, "en").figure
     assert [t.get_text() for t in fig.texts].count(label) == 1
     stamp(fig, "other model at /x")  # stamping again replaces the line
     assert label not in [t.get_text() for t in fig.texts] and "other model" in [t.get_text() for t in fig.texts]
@@ -98,4 +98,4 @@ def test_figures_from_a_trace_frame_stamp_themselves(trace):
     assert gate_heatmap_interactive(gates, "en").layout.title.subtitle.text
     bare = gates.copy()
     bare.attrs.clear()
-    assert label not in [t.get_text() for t in gate_heatmap(bare, "en").texts]  # no provenance, no stamp
+    assert label not in [t.get_text() for t in gate_heatmap(bare, "en").figure.texts]  # no provenance, no stamp

@@ -1,5 +1,5 @@
-"""Attribution plots on hand-made frames (no model): they draw into given axes and return them,
-make a figure otherwise, and name what is missing."""
+"""Attribution plots on hand-made frames (no model): they draw into given axes or a figure of
+their own, return their axes either way, and name what is missing."""
 
 from __future__ import annotations
 
@@ -27,12 +27,12 @@ def _groups() -> pd.DataFrame:
     return pd.DataFrame(recs, columns=list(GROUP_COLUMNS))
 
 
-def test_bars_draw_into_given_axes_and_make_a_figure():
+def test_bars_draw_into_given_axes_and_into_a_figure_of_their_own():
     _fig, axes = plt.subplots(1, 2)
     assert list(attribution_bars(_groups(), 3, ax=axes)) == list(axes)
     assert len(axes[0].patches) == 3 * 4 and len(axes[1].patches) == 8 * 4
-    made = attribution_bars(_groups(), value="shapley")
-    assert len(made.axes) == 1
+    (made,) = attribution_bars(_groups(), value="shapley")  # one panel: an array of one Axes
+    assert len(made.figure.axes) == 1 and len(made.patches) == 3 * 4
     plt.close("all")
 
 

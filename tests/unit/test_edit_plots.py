@@ -1,5 +1,5 @@
-"""engram_viz.viz.edit_plots on hand-made frames: data first, draws into a given Axes and returns
-it, else returns a new Figure; missing columns and unknown prompts are named."""
+"""engram_viz.viz.edit_plots on hand-made frames: data first, draws into a given Axes or a new
+figure and returns the Axes either way; missing columns and unknown prompts are named."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from engram_viz.viz.edit_plots import gate_change_vs_colliding_heads, loss_change_by_token
@@ -31,7 +32,8 @@ def test_loss_change_by_token():
     assert loss_change_by_token(LOSS, "entity", highlight=[1], ax=ax) is ax
     bars = [p.get_height() for p in ax.patches if p.get_width() < 0.5]
     assert sorted(bars) == sorted([0.0, 2.0, 0.5, 0.5, 1.0, 0.0])
-    assert isinstance(loss_change_by_token(LOSS, "entity"), Figure)
+    made = loss_change_by_token(LOSS, "entity")
+    assert isinstance(made, Axes) and isinstance(made.figure, Figure) and made is not ax
     with pytest.raises(ValueError, match="nope"):
         loss_change_by_token(LOSS, "nope")
     with pytest.raises(ValueError, match="loss_ablated"):
@@ -45,7 +47,8 @@ def test_gate_change_vs_colliding_heads():
     mean_line = ax.lines[-1]
     assert list(mean_line.get_xdata()) == [0, 3, 8]
     assert list(mean_line.get_ydata()) == pytest.approx([0.0, 0.15, 0.3])
-    assert isinstance(gate_change_vs_colliding_heads(ORDERS, layer=1), Figure)
+    made = gate_change_vs_colliding_heads(ORDERS, layer=1)
+    assert isinstance(made, Axes) and isinstance(made.figure, Figure) and made is not ax
     with pytest.raises(ValueError, match="layer 5"):
         gate_change_vs_colliding_heads(ORDERS, layer=5)
     plt.close("all")

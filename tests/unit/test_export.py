@@ -96,8 +96,8 @@ def leftovers(folder: Path) -> list[str]:
 
 @pytest.mark.parametrize("theme", ["light", "dark"])
 def test_matplotlib_figure_exports_valid_pdf_svg_png(gates, tmp_path, theme):
-    fig = gate_heatmap(gates, "zh", layer=1, theme=theme)
-    paths = export_all(fig, tmp_path / "heatmap", dpi=100)
+    ax = gate_heatmap(gates, "zh", layer=1, theme=theme)
+    paths = export_all(ax, tmp_path / "heatmap", dpi=100)  # an Axes exports its figure
     assert [p.name for p in paths] == ["heatmap.pdf", "heatmap.svg", "heatmap.png"]
     pdf, svg, png = (p.read_bytes() for p in paths)
     assert pdf_pages(pdf) == 1
@@ -105,7 +105,7 @@ def test_matplotlib_figure_exports_valid_pdf_svg_png(gates, tmp_path, theme):
     root = svg_root(svg)
     texts = "".join("".join(t.itertext()) for t in root.iter(f"{SVG_NS}text"))
     assert "四大" in texts  # svg.fonttype 'none': tokens stay text
-    w, h = fig.get_size_inches()
+    w, h = ax.figure.get_size_inches()
     assert png_size(png) == (int(w * 100), int(h * 100))
     assert leftovers(tmp_path) == []
     from PIL import Image
@@ -129,7 +129,7 @@ def test_exported_chinese_tokens_have_real_glyphs(gates, tmp_path):
 
 
 def test_exports_are_reproducible(gates, tmp_path):
-    fig = gate_heatmap(gates, "en", layer=14)
+    fig = gate_heatmap(gates, "en", layer=14).figure
     first = export_all(fig, tmp_path / "a", ["pdf", "svg"])
     second = export_all(fig, tmp_path / "b", ["pdf", "svg"])
     for x, y in zip(first, second):
@@ -204,7 +204,7 @@ class _Boom(Artist):
 def test_interrupted_matplotlib_export_leaves_no_partial_file(gates, tmp_path, fmt):
     target = tmp_path / f"fig.{fmt}"
     target.write_bytes(b"previous good file")
-    fig = gate_heatmap(gates, "en", layer=1)
+    fig = gate_heatmap(gates, "en", layer=1).figure
     fig.add_artist(_Boom())
     with pytest.raises(RuntimeError, match="boom"):
         save_figure(fig, target)
@@ -254,21 +254,21 @@ def test_html_that_loads_from_the_network_is_refused(tmp_path):
 
 
 def test_formats_are_checked_before_anything_is_written(gates, tmp_path):
-    fig = gate_heatmap(gates, "en", layer=1)
+    ax = gate_heatmap(gates, "en", layer=1)
     with pytest.raises(ValueError, match="not \\['html'\\]"):
-        export_all(fig, tmp_path / "f", ["png", "html"])
+        export_all(ax, tmp_path / "f", ["png", "html"])
     with pytest.raises(ValueError, match="repeat"):
-        export_all(fig, tmp_path / "f", ["png", "png"])
+        export_all(ax, tmp_path / "f", ["png", "png"])
     with pytest.raises(ValueError, match="suffix"):
-        save_figure(fig, tmp_path / "nosuffix")
+        save_figure(ax, tmp_path / "nosuffix")
     with pytest.raises(TypeError, match="cannot export"):
         save_figure(object(), tmp_path / "f.png")
     assert list(tmp_path.iterdir()) == []
 
 
 def test_stem_with_a_format_suffix_and_html_strings(gates, tmp_path):
-    fig = gate_heatmap(gates, "en", layer=1)
-    (path,) = export_all(fig, tmp_path / "plots" / "fig.png", ["png"], dpi=40)
+    ax = gate_heatmap(gates, "en", layer=1)
+    (path,) = export_all(ax, tmp_path / "plots" / "fig.png", ["png"], dpi=40)
     assert path == tmp_path / "plots" / "fig.png"
     (page,) = export_all("<!DOCTYPE html><html><body>hi</body></html>", tmp_path / "page")
     assert page.read_text().endswith("</html>")

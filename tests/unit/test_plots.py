@@ -42,6 +42,7 @@ from engram_viz.viz import (
 )
 from engram_viz.viz import style as style_module
 from engram_viz.viz.frames import COLLISION_COLUMNS, COVERAGE_COLUMNS, gate_table, reduce_streams
+from engram_viz.viz.style import figure_of
 from engram_viz.viz.usage_plots import _bin_sizes
 
 PROMPTS = {
@@ -140,7 +141,8 @@ def tables(rows):
     return build_tables(rows)
 
 
-def all_paper_figures(gates, tables, theme: str) -> dict[str, Figure]:
+def all_paper_plots(gates, tables, theme: str) -> dict[str, object]:
+    """What each paper plot returns (its Axes; the token text its Figure)."""
     usage, coverage, collisions = tables
     return {
         "token_text": token_text_figure(gates, theme=theme, title="Engram gates"),
@@ -200,8 +202,9 @@ def test_unknown_theme_is_a_clear_error(gates):
 def test_every_paper_figure_builds_in_both_themes(gates, tables, theme):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a missing glyph, a bad font or a deprecation fails the test
-        figures = all_paper_figures(gates, tables, theme)
-    for name, fig in figures.items():
+        plots = all_paper_plots(gates, tables, theme)
+    for name, drawn in plots.items():
+        fig = figure_of(drawn)
         assert isinstance(fig, Figure), name
         assert fig.engram_viz_theme == theme, name
         assert np.allclose(fig.get_facecolor()[:3], _rgb(THEMES[theme].background)), name
@@ -216,7 +219,7 @@ def test_chinese_tokens_render_with_real_glyphs(gates, caplog):
     chinese = gates[gates["prompt"].str.startswith("zh")]
     with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.WARNING):
         warnings.simplefilter("always")
-        figs = [token_text_figure(chinese), gate_heatmap(chinese, "zh-inventions"), token_view(chinese).figure()]
+        figs = [token_text_figure(chinese), gate_heatmap(chinese, "zh-inventions").figure, token_view(chinese).figure()]
         pdf = io.BytesIO()
         for fig in figs:
             for fmt in ("png", "svg", "pdf"):
@@ -243,8 +246,7 @@ def test_token_text_figure_shows_dollar_signs_literally(gates):
 
 
 def test_gate_heatmap_greys_image_positions_and_labels_tokens(gates):
-    fig = gate_heatmap(gates, "en-alexander")
-    ax = fig.axes[0]
+    ax = gate_heatmap(gates, "en-alexander")
     image = next(a for a in ax.get_children() if isinstance(a, AxesImage))
     data = image.get_array()
     assert data.shape == (len(LAYERS) * N_STREAMS, len(gate_table(gates, "en-alexander", 1)))
@@ -258,24 +260,24 @@ def test_gate_heatmap_greys_image_positions_and_labels_tokens(gates):
 
 
 def test_gate_heatmap_one_layer(gates):
-    fig = gate_heatmap(gates, "zh-zhang", layer=3)
-    image = next(a for a in fig.axes[0].get_children() if isinstance(a, AxesImage))
+    ax = gate_heatmap(gates, "zh-zhang", layer=3)
+    image = next(a for a in ax.get_children() if isinstance(a, AxesImage))
     assert image.get_array().shape[0] == N_STREAMS
 
 
 def test_gate_distributions_draw_one_box_per_group_stream_and_layer(gates):
-    fig = gate_distributions(gates, by="category")
+    axes = gate_distributions(gates, by="category")
     n_groups = gates["category"].nunique()
-    boxes = sum(len([p for p in ax.patches]) for ax in fig.axes)
+    boxes = sum(len([p for p in ax.patches]) for ax in axes)
     assert boxes == n_groups * N_STREAMS * len(LAYERS)
     with pytest.raises(ValueError, match="lacks column"):
         gate_distributions(gates.drop(columns="category"))
-    assert len(gate_distributions(gates, by="prompt", layer=1).axes) == 1
+    assert len(gate_distributions(gates, by="prompt", layer=1)) == 1
 
 
 def test_exposure_beside_gates_needs_exposure(gates):
-    fig = exposure_beside_gates(gates, "en-alexander", layer=1)
-    bars = [p.get_height() for p in fig.axes[1].patches]
+    axes = exposure_beside_gates(gates, "en-alexander", layer=1)
+    bars = [p.get_height() for p in axes[1].patches]
     table = gate_table(gates, "en-alexander", 1)
     assert bars == table["exposure"].tolist()
     with pytest.raises(ValueError, match="exposure"):
@@ -284,14 +286,14 @@ def test_exposure_beside_gates_needs_exposure(gates):
 
 def test_collision_and_coverage_bars_equal_the_frames(tables):
     _, coverage, collisions = tables
-    fig = collisions_vs_expected(collisions, layer=1)
+    (ax,) = collisions_vs_expected(collisions, layer=1)
     at = collisions[collisions["layer"] == 1].sort_values(["order", "head"])
-    assert [p.get_height() for p in fig.axes[0].patches] == at["shared_buckets"].tolist()
-    offsets = fig.axes[0].collections[0].get_offsets()
+    assert [p.get_height() for p in ax.patches] == at["shared_buckets"].tolist()
+    offsets = ax.collections[0].get_offsets()
     np.testing.assert_allclose(offsets[:, 1], at["expected_shared_buckets"].to_numpy())
-    fig = coverage_per_column(coverage, layer=3)
+    (ax,) = coverage_per_column(coverage, layer=3)
     at = coverage[coverage["layer"] == 3].sort_values(["order", "head"])
-    np.testing.assert_allclose([p.get_height() for p in fig.axes[0].patches], at["coverage"].to_numpy())
+    np.testing.assert_allclose([p.get_height() for p in ax.patches], at["coverage"].to_numpy())
 
 
 def test_accumulator_frames_are_accepted(tokenizer):
@@ -302,12 +304,12 @@ def test_accumulator_frames_are_accepted(tokenizer):
     collisions = CollisionStats("tiny", counts=usage.counts)
     for _, text in PROMPTS.values():
         usage.add_compressed(tokenizer.compress(tokenizer.encode(text))[None])
-    fig = collisions_vs_expected(collisions.columns())
-    assert len(fig.axes[0].patches) == 24
-    assert len(coverage_per_column(usage.coverage()).axes) == 2
-    assert row_rank_frequency(usage.rank_frequency()).axes[0].lines
-    assert row_rank_frequency(usage).axes[0].lines
-    assert touched_rows_map(usage, "tiny", layer=1, bins=32).axes
+    axes = collisions_vs_expected(collisions.columns())
+    assert len(axes[0].patches) == 24
+    assert len(coverage_per_column(usage.coverage())) == 2
+    assert row_rank_frequency(usage.rank_frequency()).lines
+    assert row_rank_frequency(usage).lines
+    assert len(touched_rows_map(usage, "tiny", layer=1, bins=32)) == 1
 
 
 def test_plots_draw_into_given_axes_and_return_them(gates, tables):
@@ -331,8 +333,7 @@ def test_cjk_font_missing_is_an_engram_viz_error():
 
 def test_row_rank_frequency_is_sorted_hits(tables):
     usage = tables[0]
-    fig = row_rank_frequency(usage, layer=1)
-    line = fig.axes[0].lines[0]
+    line = row_rank_frequency(usage, layer=1).lines[0]
     want = np.sort(usage.loc[usage["layer"] == 1, "hits"].to_numpy())[::-1]
     np.testing.assert_array_equal(line.get_ydata(), want)
     np.testing.assert_array_equal(line.get_xdata(), np.arange(1, len(want) + 1))
@@ -341,8 +342,8 @@ def test_row_rank_frequency_is_sorted_hits(tables):
 def test_touched_rows_map_matches_a_brute_force_count(tables):
     usage = tables[0]
     bins = 40
-    fig = touched_rows_map(usage, "tiny", layer=3, bins=bins)
-    image = next(a for a in fig.axes[0].get_children() if isinstance(a, AxesImage))
+    (ax,) = touched_rows_map(usage, "tiny", layer=3, bins=bins)
+    image = next(a for a in ax.get_children() if isinstance(a, AxesImage))
     shown = image.get_array()
     assert shown.shape == (24, bins)
     layout = EngramLayout(load_config("tiny"))
@@ -359,8 +360,8 @@ def test_touched_rows_map_on_the_v41_table_stays_binned():
     layout = EngramLayout(load_config("v41-flash"))
     last = int(layout.rows_per_layer[1]) - 1
     usage = pd.DataFrame({"layer": [14, 14, 14], "row": [0, 123_456_789, last], "hits": [1, 5, 2]})
-    fig = touched_rows_map(usage, layout, bins=256, weight="hits")
-    image = next(a for a in fig.axes[0].get_children() if isinstance(a, AxesImage))
+    (ax,) = touched_rows_map(usage, layout, bins=256, weight="hits")
+    image = next(a for a in ax.get_children() if isinstance(a, AxesImage))
     assert image.get_array().shape == (24, 256)
     assert image.get_array().count() == 3
     with pytest.raises(ValueError, match="out of range for layer 14"):
