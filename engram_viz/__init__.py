@@ -18,7 +18,7 @@ The front door, the names a researcher needs::
 - prompts: :func:`load_prompts`, :func:`prompt_set_for`, :func:`prompt_set_path`, ``PROMPT_SETS``
 - gates: :func:`gate_overview`, :func:`stream_selectivity`, :func:`gates_with_exposure` (the gates
   frame with its collision ``exposure`` column), :func:`collision_exposure`, :func:`ngram_windows_table`,
-  :func:`after_image_vs_fresh_start`
+  :func:`after_image_vs_fresh_start`; gate versus memory (tiny LM): :func:`training_counts`, :func:`gate_memory`
 - why this gate: :func:`explain` -> :class:`Explanation` (``rows_frame``, ``position_table``,
   ``groups_frame``), :func:`order_profile`
 - row edits: :func:`edit_rows` / :func:`edit_tables` (overlays on a table's rows), :func:`compare_edit`
@@ -46,6 +46,7 @@ from engram_viz.analysis.edits.localisation import ENTITY_PROMPT, localise_entit
 from engram_viz.analysis.edits.row_lens import position_lens, row_lens
 from engram_viz.analysis.edits.shared_rows import collateral_ngrams, collateral_reads, collision_interference
 from engram_viz.analysis.explain.explanation import Explanation, explain, order_profile
+from engram_viz.analysis.gates.gate_memory import gate_memory, training_counts
 from engram_viz.analysis.gates.image_boundary import after_image_vs_fresh_start
 from engram_viz.analysis.gates.summary import gate_overview, stream_selectivity
 from engram_viz.analysis.row_stats.collisions import CollisionStats
@@ -101,6 +102,7 @@ __all__ = [
     "edit_tables",
     "explain",
     "force_gate",
+    "gate_memory",
     "gate_overview",
     "gates_with_exposure",
     "get_tokenizer",
@@ -119,6 +121,7 @@ __all__ = [
     "row_lens",
     "stream_selectivity",
     "synthetic_checkpoint",
+    "training_counts",
     "viz",
     "write_report",
     "zero_ablate",

@@ -27,7 +27,6 @@
 from IPython.display import display
 
 import engram_viz as ev
-from engram_viz.analysis.gates.gate_memory import gate_memory, training_counts
 
 ev.notebook.setup()
 pipe = ev.notebook.load_pipeline()
@@ -52,8 +51,8 @@ ev.notebook.provenance(trace)
 
 # %%
 if pipe.lm is not None:
-    counts = training_counts(pipe.config, pipe.lm.provenance)
-    memory = gate_memory(trace, pipe.lm, counts)  # the report's tables gate_memory, memory_targets, ...
+    counts = ev.training_counts(pipe.config, pipe.lm.provenance)
+    memory = ev.gate_memory(trace, pipe.lm, counts)  # the report's tables gate_memory, memory_targets, ...
     axes = ev.viz.stamp(ev.viz.gate_vs_memory(memory.summary, memory.curve, memory.rho), trace)  # two Axes
     display(axes[0].figure)
     display(memory.summary.round(3))
