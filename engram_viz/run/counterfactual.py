@@ -180,7 +180,7 @@ def compare_edit(
     """Run ``prompts`` as stored and under ``edits`` ({layer: edits of ``weights.row_edits.edit_rows``})
     and/or editing ``hooks`` ({hook name or glob: fn}); see the module docstring and :class:`EditEffect`.
     Each prompt runs on its own (no padding)."""
-    edits = dict(edits or {})
+    edits = {} if edits is None else edits  # validated by edit_tables (a RowEditError)
     whole_model = pipeline.lm is not None and pipeline.streams_mode == "model"
     pos, gates, reads, losses = [], [], [], []
     for p in pipeline.build(prompts):

@@ -19,6 +19,7 @@ from engram_viz.analysis.edits.targets import EditTargetError, entity_rows, head
 from engram_viz.analysis.row_stats.row_index import RowIndex, RowIndexError
 from engram_viz.core.hashing import hash_prompt
 from engram_viz.core.layout import EngramLayout
+from engram_viz.errors import RowEditError
 from engram_viz.run.capture import force_gate
 from engram_viz.run.counterfactual import compare_edit
 from engram_viz.run.pipeline import Pipeline
@@ -87,6 +88,16 @@ def test_no_edit_changes_nothing_and_a_hook_touches_all(pipe):
     assert (same.positions[["d_gate_max", "value_change", "out_change"]].to_numpy() == 0).all()
     off = compare_edit(pipe, [OTHER], hooks={"engram.*.gate": force_gate(0.0)})
     assert off.positions["touched"].all() and (off.gates["gate_edited"] == 0).all()
+
+
+@pytest.mark.parametrize("edits", [[1, 2], np.array([3]), {"L1": [1]}, {True: [1]}, "last", {-1: [1.5]}])
+def test_bad_edits_through_compare_edit_are_one_row_edit_error(default_pipe, edits):
+    """Not a {layer: edits} mapping (once a raw TypeError from ``dict``), a bad layer key or row id."""
+    if isinstance(edits, dict) and -1 in edits:
+        edits = {default_pipe.layer_ids[0]: edits[-1]}
+    with pytest.raises(RowEditError) as err:
+        compare_edit(default_pipe, [OTHER], edits)
+    assert "\n" not in str(err.value)
 
 
 def test_zeroing_a_row_equals_zeroing_it_in_the_rows_hook(pipe):
