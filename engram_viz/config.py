@@ -37,6 +37,30 @@ _POSITIVE = (
 )
 
 
+# fields that size something: at most this (value, why). The layout keeps row ids, offsets and the
+# hash in int64 (reference section 2), draws one prime per (engram layer, order, head) and the forward
+# holds n_hash_cols x head_dim features a position; the bounds leave room far past V4.1-Flash
+# (16,000,000 buckets, 8 heads, 4-grams, head_dim 256) while every layout builds in about a second.
+_AT_MOST = {
+    "vocab_size": (2**31 - 1, "token ids are int32 in the tokenizer"),
+    "dim": (2**16, "the model width"),
+    "hc_mult": (64, "the residual streams"),
+    "n_layers": (4096, "the model depth"),
+    "engram_vocab_size": (2**40, "buckets a column: the rows of all columns must stay far inside int64"),
+    "engram_compressed_vocab_size": (2**31 - 1, "compressed ids x odd multipliers must fit int64"),
+    "engram_max_ngram_size": (16, "n-gram orders 2..16, the reference uses 4"),
+    "engram_n_heads": (64, "hash heads per order, the reference uses 8"),
+    "engram_head_dim": (4096, "features a table row, the reference uses 256"),
+    "vision_patch_size": (1024, "pixels a patch side"),
+    "vision_downsample_ratio": (64, "patches merged a side"),
+    "vision_max_n_token": (2**20, "tokens an image span"),
+    "vision_min_pixels": (2**40, "pixels an image"),
+}
+MAX_ENGRAM_LAYERS = 64  # engram_layer_ids entries: one table (and one set of primes) each
+MAX_HASH_COLS = 256  # (max_ngram_size - 1) x n_heads: row ids a position and layer (the reference: 24)
+MAX_ROWS = 2**62  # rows a table (engram_num_embeddings): row ids and offsets are int64
+
+
 def _require(config: EngramConfig, field: str, ok: bool, expected: str) -> None:
     if not ok:
         raise ConfigError(f"config {config.name!r}: {field}={getattr(config, field)!r} {expected}")
@@ -72,6 +96,8 @@ class EngramConfig:
         ``core.layout.EngramLayout.check_against_config``, run by every hasher)."""
         for field in _POSITIVE:
             _require(self, field, getattr(self, field) >= 1, "must be at least 1")
+        for field, (bound, why) in _AT_MOST.items():
+            _require(self, field, getattr(self, field) <= bound, f"must be at most {bound:,}: {why}")
         _require(self, "vision_max_n_token", self.vision_max_n_token >= 4, "must be at least 4 (a 1x1 image span)")
         _require(self, "vision_min_pixels", self.vision_min_pixels >= 0, "must be at least 0")
         _require(self, "norm_eps", 0 < self.norm_eps < float("inf"), "must be a positive finite number")
@@ -95,6 +121,12 @@ class EngramConfig:
         _require(
             self,
             "engram_layer_ids",
+            len(ids) <= MAX_ENGRAM_LAYERS,
+            f"must list at most {MAX_ENGRAM_LAYERS} layers (got {len(ids)})",
+        )
+        _require(
+            self,
+            "engram_layer_ids",
             all(0 <= n < self.n_layers for n in ids),
             f"must be layer ids in 0..n_layers-1 = 0..{self.n_layers - 1}",
         )
@@ -106,8 +138,8 @@ class EngramConfig:
         _require(
             self,
             "engram_num_embeddings",
-            all(n >= 1 for n in self.engram_num_embeddings),
-            "must be positive row counts",
+            all(1 <= n <= MAX_ROWS for n in self.engram_num_embeddings),
+            f"must be positive row counts of at most {MAX_ROWS:,} (row ids are int64)",
         )
         if self.engram_head_dim % FP8_BLOCK_SIZE:
             raise ConfigError(
@@ -116,6 +148,11 @@ class EngramConfig:
             )
         if self.engram_max_ngram_size < 2:
             raise ConfigError(f"config {self.name!r}: engram_max_ngram_size must be >= 2")
+        if self.n_hash_cols > MAX_HASH_COLS:
+            raise ConfigError(
+                f"config {self.name!r}: (engram_max_ngram_size - 1) x engram_n_heads = {self.n_hash_cols:,} hash "
+                f"columns must be at most {MAX_HASH_COLS} (row ids a position and layer; the reference has 24)"
+            )
 
     @property
     def n_engram_layers(self) -> int:

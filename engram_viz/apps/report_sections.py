@@ -13,11 +13,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from html import escape
 from typing import Any
 
 import pandas as pd
 
-from engram_viz.analysis.gates.gate_memory import OFTEN, GateMemory, gate_memory, training_counts
+from engram_viz.analysis.gates.gate_memory import (
+    GROUPS,
+    OFTEN,
+    RANDOM_CATEGORY,
+    GateMemory,
+    gate_memory,
+    training_counts,
+)
 from engram_viz.analysis.gates.summary import gate_overview
 from engram_viz.analysis.row_stats.usage import RowUsage
 from engram_viz.config import EngramConfig
@@ -43,6 +51,11 @@ class FigureSpec:
     draw: Callable[[], Any]
     title: str
     caption: str
+
+
+def missing(text: str) -> Html:
+    """A short line in place of a figure or table that the prompt set cannot give (say what is missing)."""
+    return Html(f'<p class="missing"><em>{escape(text)}</em></p>')
 
 
 def showcase_prompts(trace: Trace, limit: int = MAX_SHOWCASE) -> list[str]:
@@ -89,18 +102,38 @@ def _memory_section(memory: GateMemory, theme: str) -> Section:
         "controls (tables gate_memory, gate_count_curve, loss_by_category, memory_targets; memory_targets_by_order "
         "for the bigram and the 4-gram)."
     )
-    return Section("gate-memory", "Gate versus memory", intro, (figure,))
+    if not len(memory.summary):
+        note = (
+            "No text position of this prompt set has a trigram to count (image positions, or fewer than three "
+            "text tokens in a row), so there is nothing to compare; add text prompts of three tokens or more."
+        )
+        return Section("gate-memory", "Gate versus memory", intro, (missing(note),))
+    present = set(memory.summary["group"].astype(str))
+    absent = [g for g in GROUPS if g not in present]
+    notes = ()
+    if absent:
+        why = f" (the random group needs prompts of category {RANDOM_CATEGORY!r})" if "random" in absent else ""
+        notes = (missing(f"No positions in the memory group(s) {', '.join(absent)} in this prompt set{why}."),)
+    return Section("gate-memory", "Gate versus memory", intro, (figure, *notes))
 
 
 def _gate_sections(trace: Trace, gates: pd.DataFrame, rows: pd.DataFrame, theme: str) -> list[Section]:
     """Gates by category, distributions, token-coloured text (HTML and figures), heatmaps."""
     show = showcase_prompts(trace)
+    has_text = bool((~gates["is_image"].astype(bool)).any())
+    no_text = missing("No text positions in this prompt set (image spans only): gates of text are what this shows.")
+    categories = sorted(set(trace.categories))
+    one_category = (
+        (missing(f"One prompt category only ({categories[0]!r}): add prompts of other categories to compare."),)
+        if len(categories) == 1
+        else ()
+    )
     by_category = Section(
         "gates-by-category",
         "Gates by category",
         "Mean gate over text positions per prompt category and Engram layer, per stream and over all "
         "streams (median, spread and extremes in tables/gate_summary).",
-        (Table(gate_overview(gates), max_rows=80),),
+        (Table(gate_overview(gates), max_rows=80), *one_category) if has_text else (no_text,),
     )
     distributions = FigureSpec(
         "gate_distributions",
@@ -142,7 +175,7 @@ def _gate_sections(trace: Trace, gates: pd.DataFrame, rows: pd.DataFrame, theme:
     )
     return [
         by_category,
-        Section("gate-distributions", "Gate distributions", "", (distributions,)),
+        Section("gate-distributions", "Gate distributions", "", (distributions,) if has_text else (no_text,)),
         Section("token-text", "Token-coloured text", token_intro, token_text),
         Section("token-figures", "Token-coloured text (figures)", "", token_figures),
         Section("gate-heatmaps", "Gate heatmaps", "The first prompt of each category.", heatmaps),
@@ -154,6 +187,9 @@ def _exposure_section(trace: Trace, gates: pd.DataFrame, theme: str) -> Section:
     show = showcase_prompts(trace)
     if "exposure" not in gates.columns or not show:
         return Section("collision-exposure", "Collision exposure")
+    if not (~gates["is_image"].astype(bool)).any():
+        note = missing("No text positions in this prompt set (image spans only): no n-gram to collide.")
+        return Section("collision-exposure", "Collision exposure", "", (note,))
     first_text = next((p for p, c in zip(trace.prompt_ids, trace.categories) if c != "image"), show[0])
     figure = FigureSpec(
         f"exposure_{first_text}",
@@ -169,6 +205,9 @@ def _collision_section(frames: dict[str, pd.DataFrame], theme: str) -> Section:
     """Collisions per (layer, order), against an ideal hash, and decoded examples."""
     parts: list[Any] = []
     cols = frames["collision_columns"]
+    if not len(cols):
+        note = missing("No text n-grams in this prompt set (image spans only): nothing to hash.")
+        return Section("collisions", "Hash collisions", "", (note,))
     if len(cols):
         sums = ["distinct_ngrams", "occupied", "shared_buckets", "expected_shared_buckets", "colliding_ngrams"]
         parts.append(Table(cols.groupby(["layer", "order"], as_index=False)[sums].sum()))
@@ -195,6 +234,9 @@ def _usage_section(frames: dict[str, pd.DataFrame], usage: RowUsage, config: Eng
     """Rows touched per layer, coverage, rank-frequency, the touched-row map, the hottest rows."""
     parts: list[Any] = []
     usage_cols = frames["usage_columns"]
+    if not len(usage_cols) or not usage_cols["rows_touched"].sum():
+        note = missing("No text n-grams in this prompt set (image spans only): no table row is read.")
+        return Section("row-usage", "Row usage", "", (note,))
     if len(usage_cols):
         agg = usage_cols.groupby("layer", as_index=False)[["distinct_ngrams", "hits", "rows_touched", "prime"]].sum()
         agg["coverage"] = agg["rows_touched"] / agg["prime"]

@@ -9,25 +9,40 @@ which (layer, order, head) owns row r, which rows an n-gram lands in - are answe
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 
 from engram_viz.config import ConfigError, EngramConfig
 from engram_viz.errors import InputError, TokenInputError
 
+# Witnesses for a deterministic Miller-Rabin test: the first 12 primes decide every n < 3.18e23
+# (Sorenson and Webster 2015), which covers all of int64; the layout's primes are ~1.6e7.
+_MR_BASES = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37)
+
 
 def is_prime(n: int) -> bool:
-    """Deterministic trial division; the layout's primes are ~1.6e7, so this is quick."""
+    """Deterministic for every n < 3.18e23 (so all of int64): trial division by the small witness
+    primes, then Miller-Rabin with those primes as bases."""
     if n < 2:
         return False
-    if n % 2 == 0:
-        return n == 2
-    f = 3
-    while f * f <= n:
-        if n % f == 0:
+    for p in _MR_BASES:
+        if n % p == 0:
+            return n == p
+    # n - 1 = d * 2**s with d odd
+    d, s = n - 1, 0
+    while d % 2 == 0:
+        d, s = d // 2, s + 1
+    for a in _MR_BASES:
+        x = pow(a, d, n)
+        if x in (1, n - 1):
+            continue
+        for _ in range(s - 1):
+            x = x * x % n
+            if x == n - 1:
+                break
+        else:  # a**(d * 2**r) never reached -1: a witnesses that n is composite
             return False
-        f += 2
     return True
 
 
@@ -37,6 +52,24 @@ def next_prime(n: int) -> int:
     while not is_prime(n):
         n += 1
     return n
+
+
+@lru_cache(maxsize=64)
+def _layout_primes(vocab_size: int, n_layers: int, n_orders: int, n_heads: int) -> np.ndarray:
+    """The reference's draws (see ``EngramLayout.primes``), read-only ``[n_layers, n_orders, n_heads]``.
+
+    The draws take the primes above ``vocab_size - 1`` in order: the ``seen`` set is always the
+    first k of them (each order restarts below them all and skips exactly those), so draw k + 1 is
+    prime number k + 1 above the start (reference section 2: "the first 48 primes above 16,000,000,
+    in order"). Cached per layout shape: every hasher, index and plot asks for the same primes.
+    """
+    out = np.empty(n_layers * n_orders * n_heads, dtype=np.int64)
+    p = vocab_size - 1
+    for i in range(len(out)):
+        out[i] = p = next_prime(p)
+    out = out.reshape(n_layers, n_orders, n_heads)
+    out.setflags(write=False)
+    return out
 
 
 @dataclass(frozen=True)
@@ -79,18 +112,9 @@ class EngramLayout:
     def primes(self) -> np.ndarray:
         """Each draw is the smallest prime above the search start not yet taken by any layer;
         the start restarts at ``engram_vocab_size - 1`` for every n-gram order."""
-        seen: set[int] = set()
-        out = np.zeros((len(self.layer_ids), self.max_ngram_size - 1, self.n_heads), dtype=np.int64)
-        for li in range(len(self.layer_ids)):
-            for oi in range(self.max_ngram_size - 1):
-                start = self.config.engram_vocab_size - 1
-                for head in range(self.n_heads):
-                    p = next_prime(start)
-                    while p in seen:
-                        p = next_prime(p)
-                    seen.add(p)
-                    out[li, oi, head] = start = p
-        return out
+        c = self.config
+        shared = _layout_primes(c.engram_vocab_size, len(self.layer_ids), self.max_ngram_size - 1, self.n_heads)
+        return shared.copy()  # the layout's own, writable (torch takes it); the search runs once
 
     @cached_property
     def column_primes(self) -> np.ndarray:

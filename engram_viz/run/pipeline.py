@@ -254,7 +254,7 @@ class Pipeline:
     def _tokenized(self, pid: str, text: Any, source: Any) -> tuple[str, np.ndarray, np.ndarray]:
         """``(text, ids, token types)`` of a text prompt, checked by the rule the prompt file and the
         widget use (``prompt_text.check_prompt_text``); image errors name the prompt (and its file)."""
-        text = check_prompt_text(text, max_chars=None, name=f"prompt {pid!r}")
+        text = check_prompt_text(text, name=f"prompt {pid!r}")
         try:
             built = build_input(text, self.tokenizer, self.config, bos=self.bos)
         except ImagePromptError as err:

@@ -102,7 +102,7 @@ def _parse(obj: object, where: str, lineno: int) -> Prompt:
             )
         return Prompt(pid, category, None, seed, length, source=where)
     try:  # one rule with the widget and Pipeline.run: text, not blank, valid UTF-8 (no lone surrogate)
-        text = check_prompt_text(text, max_chars=None, name="'text'")
+        text = check_prompt_text(text, name="'text'")
         check_placeholders(text)  # syntax now; limits that depend on the config when it is built
     except (PromptInputError, ImagePromptError) as err:
         raise PromptError(f"{where}: prompt {pid!r}: {err}") from None

@@ -156,3 +156,29 @@ def test_gate_versus_memory_section_comes_first_on_the_tiny_default(report_dir):
     trigram = by_order[by_order["order"] == 3].drop(columns="order").reset_index(drop=True)
     pd.testing.assert_frame_equal(trigram, targets)
     assert not np.allclose(by_order[by_order["order"] == 2]["spearman"], targets["spearman"])
+
+
+SMALL_SETS = {  # prompt sets that lack a category, a comparison group or trigrams of text
+    "one_chinese_sentence": ([{"id": "zh", "category": "chinese", "text": "你好"}], "no text position"),
+    "one_image_prompt": ([{"id": "img", "category": "image", "text": "<image:16x12>"}], "no text position"),
+    "one_category": (
+        [
+            {"id": "a", "category": "mine", "text": "The Great Wall of China."},
+            {"id": "b", "category": "mine", "text": "Confucius said the gentleman is not a vessel."},
+        ],
+        "memory group(s)",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SMALL_SETS))
+def test_report_on_small_prompt_sets_says_what_is_missing(name, tmp_path, capsys):
+    rows, said = SMALL_SETS[name]
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    out = tmp_path / "r"
+    assert main(["report", "--prompts", str(prompts), "--out", str(out), "--device", "cpu", "--quiet"]) == 0
+    page = html.unescape((out / "report.html").read_text(encoding="utf-8"))
+    notes = re.findall(r'<p class="missing"><em>(.*?)</em>', page, re.DOTALL)
+    assert any(said in n.lower() for n in notes), notes
+    assert any("one prompt category only" in n.lower() for n in notes), notes

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 
+import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from engram_viz.config import (
     CONFIG_DIR,
@@ -19,6 +23,7 @@ from engram_viz.config import (
     EngramConfig,
     load_config,
 )
+from engram_viz.core.layout import EngramLayout
 
 
 def _raw(name: str = "tiny") -> dict:
@@ -222,3 +227,62 @@ def test_vision_max_wh_ratio_loads_and_stays_out_of_the_dict_when_null(v41_confi
     assert "vision_max_wh_ratio" not in v41_config.to_dict()
     set_ratio = EngramConfig.from_dict({**_raw("tiny"), "vision_max_wh_ratio": 2}, name="x")
     assert set_ratio.vision_max_wh_ratio == 2.0 and set_ratio.to_dict()["vision_max_wh_ratio"] == 2.0
+
+
+# ---------------------------------------------------------------- bounds (issue 23): never a hang
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "bound"),
+    [
+        ("engram_vocab_size", 10**15, "1,099,511,627,776"),
+        ("engram_n_heads", 100_000, "64"),
+        ("engram_max_ngram_size", 10**7, "16"),
+        ("engram_head_dim", 2**20, "4,096"),
+        ("vocab_size", 2**40, "2,147,483,647"),
+    ],
+)
+def test_absurd_sizes_are_refused_up_front_naming_field_bound_and_value(v41_config, field, value, bound):
+    raw = {k: v for k, v in v41_config.to_dict().items() if k != "name"} | {field: value}
+    start = time.perf_counter()
+    with pytest.raises(ConfigError) as err:
+        EngramConfig.from_dict(raw, "big")
+    assert time.perf_counter() - start < 0.5
+    message = str(err.value)
+    assert "\n" not in message and f"{field}={value}" in message and bound in message
+
+
+def test_too_many_hash_columns_or_layers_are_refused(v41_config):
+    raw = {k: v for k, v in v41_config.to_dict().items() if k != "name"}
+    with pytest.raises(ConfigError, match="hash columns must be at most 256"):
+        EngramConfig.from_dict(raw | {"engram_max_ngram_size": 16, "engram_n_heads": 64}, "x")
+    many = raw | {"n_layers": 100, "engram_layer_ids": list(range(65)), "engram_num_embeddings": [1] * 65}
+    with pytest.raises(ConfigError, match="at most 64 layers"):
+        EngramConfig.from_dict(many, "x")
+
+
+_SIZES = st.one_of(st.integers(-3, 70), st.integers(0, 2**70), st.sampled_from([2**31, 2**40, 2**40 + 1, 10**15]))
+
+
+@settings(max_examples=80, deadline=5000, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    vocab=_SIZES,
+    heads=_SIZES,
+    max_ngram=_SIZES,
+    head_dim=_SIZES,
+    n_layers=st.integers(1, 80),
+)
+def test_any_config_sizes_give_a_layout_or_a_config_error(v41_config, vocab, heads, max_ngram, head_dim, n_layers):
+    raw = {k: v for k, v in v41_config.to_dict().items() if k != "name"}
+    raw |= {"engram_vocab_size": vocab, "engram_n_heads": heads, "engram_max_ngram_size": max_ngram}
+    raw |= {"engram_head_dim": head_dim, "n_layers": 4096, "engram_layer_ids": list(range(n_layers))}
+    raw["engram_num_embeddings"] = [1] * n_layers
+    start = time.perf_counter()
+    try:
+        layout = EngramLayout(EngramConfig.from_dict(raw, "h"))
+        rows = layout.rows_per_layer
+    except ConfigError as err:
+        assert "\n" not in str(err)
+    else:
+        assert rows.dtype == np.int64 and (rows > 0).all() and layout.offsets.shape == (n_layers, layout.n_hash_cols)
+    assert time.perf_counter() - start < 5.0

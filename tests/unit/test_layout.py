@@ -6,16 +6,19 @@ import dataclasses
 import json
 import subprocess
 import sys
+import time
 from importlib.metadata import entry_points
 
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engram_viz.cli import main
 from engram_viz.config import load_config
 from engram_viz.core.hashing import hash_prompt
-from engram_viz.core.layout import EngramLayout, RowOwner
+from engram_viz.core.layout import EngramLayout, RowOwner, _layout_primes, is_prime, next_prime
 
 # Reference section 2, verified values.
 V41_MULTIPLIERS = [
@@ -230,3 +233,85 @@ def test_cli_layout_bad_config_is_a_clean_error(capsys):
 def test_console_script_is_declared():
     (script,) = [ep for ep in entry_points(group="console_scripts") if ep.name == "engram-viz"]
     assert script.value == "engram_viz.cli:main"
+
+
+# ---------------------------------------------------------------- the prime search (issue 23)
+
+
+def trial_division(n: int) -> bool:
+    if n < 2:
+        return False
+    f = 2
+    while f * f <= n:
+        if n % f == 0:
+            return False
+        f += 1
+    return True
+
+
+def test_is_prime_matches_trial_division():
+    for n in range(-5, 30_000):
+        assert is_prime(n) == trial_division(n), n
+    rng = np.random.default_rng(23)
+    for n in rng.integers(10**8, 10**10, size=300).tolist():
+        assert is_prime(n) == trial_division(n), n
+
+
+@pytest.mark.parametrize(
+    "n",
+    [
+        561,  # Carmichael numbers fool Fermat's test
+        41041,
+        3_215_031_751,  # strong pseudoprime to the bases 2, 3, 5, 7
+        3_825_123_056_546_413_051,  # strong pseudoprime to every base up to 23
+        (2**31 - 1) * (2**31 + 11),  # a semiprime near 2**62
+    ],
+)
+def test_is_prime_refuses_pseudoprimes(n):
+    assert not is_prime(n)
+
+
+def test_is_prime_on_large_known_primes_and_the_reference_primes():
+    for p in (2**31 - 1, 2**61 - 1, 2**63 - 25, 16000057, 16000079, 16000879, 16000889):
+        assert is_prime(p), p
+    assert next_prime(16_000_000) == 16000057 and next_prime(16000057) == 16000079
+    assert not is_prime(2**63 - 1)  # 7^2 x 73 x ...
+
+
+def seen_set_primes(vocab: int, n_layers: int, n_orders: int, n_heads: int) -> np.ndarray:
+    """The reference's loop as it reads: a shared seen set, the start restarted per order."""
+    seen: set[int] = set()
+    out = np.zeros((n_layers, n_orders, n_heads), dtype=np.int64)
+    for li in range(n_layers):
+        for oi in range(n_orders):
+            start = vocab - 1
+            for head in range(n_heads):
+                p = start + 1
+                while not trial_division(p) or p in seen:
+                    p += 1
+                seen.add(p)
+                out[li, oi, head] = start = p
+    return out
+
+
+@settings(max_examples=60, deadline=2000)
+@given(
+    vocab=st.integers(1, 5000),
+    n_layers=st.integers(1, 4),
+    n_orders=st.integers(1, 5),
+    n_heads=st.integers(1, 9),
+)
+def test_layout_primes_equal_the_seen_set_loop(vocab, n_layers, n_orders, n_heads):
+    got = _layout_primes(vocab, n_layers, n_orders, n_heads)
+    assert np.array_equal(got, seen_set_primes(vocab, n_layers, n_orders, n_heads))
+    assert not got.flags.writeable  # cached: nobody may change the shared array
+
+
+def test_v41_layout_builds_fast_and_is_cached(v41_config):
+    start = time.perf_counter()
+    layout = EngramLayout(v41_config)
+    layout.check_against_config()
+    assert time.perf_counter() - start < 1.0
+    before = _layout_primes.cache_info().hits
+    assert np.array_equal(EngramLayout(v41_config).primes, layout.primes)
+    assert _layout_primes.cache_info().hits == before + 1

@@ -128,7 +128,7 @@ def trace_memory_frame(
             if loss_saved is not None:
                 part["loss_saved"] = np.asarray(loss_saved[i, :n], dtype=float)
             parts.append(pd.DataFrame(part)[text])
-    frame = pd.concat(parts, ignore_index=True)
+    frame = pd.concat(parts, ignore_index=True)  # no text position (image-only prompts): an empty frame
     frame["group"] = memory_group(frame["count"].to_numpy(), frame["category"].to_numpy())
     return frame
 
@@ -225,7 +225,8 @@ def memory_targets(summary: pd.DataFrame, rho: dict[int, float]) -> pd.DataFrame
                 "random_highest": bool(m.get("random", -1) >= max(m.values())),
             }
         )
-    out = pd.DataFrame(rows)
+    columns = ["layer", "often_minus_random", "often_minus_never", "spearman", "random_highest"]
+    out = pd.DataFrame(rows, columns=columns)  # no rows (no unblocked text position): the columns still
     out["met"] = (out.often_minus_random >= 0.15) & (out.often_minus_never >= 0.10) & (out.spearman >= 0.3)
     return out
 
