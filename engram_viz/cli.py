@@ -5,22 +5,26 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
+from collections.abc import Callable
+from typing import NoReturn
 
 import numpy as np
 import torch
 
 from engram_viz.analysis.corpus.documents import DocumentSpec
+from engram_viz.analysis.corpus.spill import parse_memory_limit
 from engram_viz.analysis.explain.explanation import explain
 from engram_viz.apps.app import serve
 from engram_viz.apps.corpus_job import run_corpus
 from engram_viz.apps.report_job import summary_text, write_report
 from engram_viz.config import EngramConfig, load_config
-from engram_viz.core.engram import param_counts
+from engram_viz.core.engram import param_counts, resolve_device
 from engram_viz.core.hashing import hash_prompt
 from engram_viz.core.layout import EngramLayout
 from engram_viz.core.tokenizer import get_tokenizer
-from engram_viz.errors import EngramVizError
+from engram_viz.errors import EngramVizError, MemoryLimitError
 from engram_viz.run.pipeline import Pipeline
 from engram_viz.tiny.train import TrainSettings, train_tiny
 from engram_viz.weights.inspect import format_inspect, inspect_checkpoint
@@ -41,13 +45,76 @@ def _checkpoint_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint", default=None, help=f"checkpoint folder (default: {WEIGHTS_RULE})")
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argparse parser whose usage errors are one line (``engram-viz corpus: error: argument
+    --top: ...``) and exit code 2, like every other user error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
+
+
+# The shared argparse types of the numeric options: digits only (no 1e3, 0x10, 1_000, 1.0), each
+# bounded, so nothing past argparse meets NaN, inf, an overflow, a negative or a zero it cannot use.
+INT_LIMITS: dict[str, tuple[int, int]] = {}  # the name of each integer type -> its (lowest, highest)
+_DIGITS = re.compile(r"[+-]?[0-9]+")
+
+
+def int_range(lo: int, hi: int) -> Callable[[str], int]:
+    """An argparse type: an integer from ``lo`` to ``hi`` written in decimal digits."""
+    what = f"an integer from {lo:,} to {hi:,}"
+
+    def parse(text: str) -> int:
+        digits = text.strip()
+        if not _DIGITS.fullmatch(digits):
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        if len(digits.lstrip("+-0")) > len(str(max(abs(lo), abs(hi)))):  # before int(): no 5,000-digit parse
+            raise argparse.ArgumentTypeError(f"expected {what}, got a number {len(digits)} digits long")
+        value = int(digits)
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {value}")
+        return value
+
+    parse.__name__ = f"int_{lo}_{hi}".replace("-", "minus")
+    INT_LIMITS[parse.__name__] = (lo, hi)
+    return parse
+
+
+POSITIVE = int_range(1, 2**62)  # counts of things: tokens
+TOKEN_INDEX = int_range(-(2**31), 2**31 - 1)  # explain's --position (negative from the end)
+LAYER = int_range(0, 2**31 - 1)
+TOP = int_range(0, 1_000_000)  # hot rows per layer (0: none)
+WORKERS = int_range(1, 1024)
+SEED = int_range(0, 2**32 - 1)  # a 32-bit seed
+STEPS = int_range(1, 10_000_000)
+PORT = int_range(0, 65535)  # 0: any free port
+
+
+def byte_size(text: str) -> int:
+    """An argparse type: a memory size, bytes or a number with a unit (2GB, 512MiB), 1 byte to 1EiB."""
+    try:
+        size = parse_memory_limit(text)
+    except MemoryLimitError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    assert size is not None  # a string is never None
+    return size
+
+
 def _device(value: str) -> str | None:
-    return None if value == "auto" else value  # None: the Pipeline picks CUDA when available
+    """An argparse type: auto (None: the Pipeline picks CUDA when available) or a device this
+    machine has (:func:`engram_viz.core.engram.resolve_device`)."""
+    try:
+        device = resolve_device(value)
+    except EngramVizError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return None if value.strip().lower() == "auto" else str(device)
 
 
 def _device_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--device", default=None, type=_device, help="cuda, cpu or auto (default: auto, cuda when available)"
+        "--device",
+        default=None,
+        type=_device,
+        help="auto, cpu, cuda, cuda:N or mps, where available (default: auto, cuda when available)",
     )
 
 
@@ -197,8 +264,8 @@ def cmd_explain(args: argparse.Namespace) -> None:
 def _add_explain_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("explain", help="why a gate opened: the 24 rows of one position with shares and left-out gates")
     p.add_argument("text", help="the prompt")
-    p.add_argument("--position", type=int, required=True, help="token index (0 is BOS; negative from the end)")
-    p.add_argument("--layer", type=int, default=None, help="one Engram layer (default: all)")
+    p.add_argument("--position", type=TOKEN_INDEX, required=True, help="token index (0 is BOS; negative from the end)")
+    p.add_argument("--layer", type=LAYER, default=None, help="one Engram layer (default: all)")
     _checkpoint_arg(p)
     _device_arg(p)
     p.add_argument("--mode", default="fp8", choices=["fp8", "bf16"], help="wkv mode (default: fp8, the reference)")
@@ -254,7 +321,7 @@ def _add_corpus_command(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--out", required=True, help="output folder for the tables and summary.json")
     _config_arg(p)
-    p.add_argument("--max-tokens", type=int, default=None, help="stop after N tokens")
+    p.add_argument("--max-tokens", type=POSITIVE, default=None, help="stop after N tokens")
     p.add_argument("--text-field", default="text", help="JSONL field holding the text (default: text)")
     p.add_argument(
         "--doc-mode",
@@ -266,16 +333,20 @@ def _add_corpus_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--tokenizer", default=None, help="tokenizer.json or checkpoint folder (default: bundled V4 tokenizer)"
     )
-    p.add_argument("--top", type=int, default=20, help="hot rows per layer (default: 20)")
+    p.add_argument("--top", type=TOP, default=20, help="hot rows per layer (default: 20)")
     p.add_argument("--save-counts", action="store_true", help="also write ngram_counts.npz (for merging shards)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
-        "--workers", type=int, default=None, help="count on a local Dask cluster of N workers (needs the corpus extra)"
+        "--workers",
+        type=WORKERS,
+        default=None,
+        help="count on a local Dask cluster of N workers (needs the corpus extra)",
     )
     p.add_argument("--scheduler", default=None, help="count on the Dask cluster at ADDRESS (tcp://host:8786)")
     p.add_argument(
         "--memory-limit",
         default=None,
+        type=byte_size,
         metavar="SIZE",
         help="budget for the distinct n-gram store per process (bytes or e.g. 2GB); past it sorted runs "
         "spill to disk and are merged back (same tables)",
@@ -303,23 +374,21 @@ def _add_job_commands(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("train-tiny", help="train the tiny Engram LM on the CPU (deterministic) and export it")
     p.add_argument("--out", required=True, help="output folder (weights, config, metrics.json, loss_curve.png)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=SEED, default=0, help="random seed, 0 to 2**32 - 1 (default: 0)")
     p.add_argument("--no-engram", action="store_true", help="the same architecture without its Engram layers")
-    p.add_argument("--steps", type=int, default=None, help="training steps (default: the committed recipe)")
+    p.add_argument("--steps", type=STEPS, default=None, help="training steps (default: the committed recipe)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_train_tiny)
 
     p = sub.add_parser("app", help="serve the prompt-comparison app as a web page (Voila) and print its URL")
     _checkpoint_arg(p)
-    p.add_argument("--port", type=int, default=8866, help="TCP port (default 8866; 0: any free port)")
+    p.add_argument("--port", type=PORT, default=8866, help="TCP port (default 8866; 0: any free port)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.set_defaults(func=cmd_app)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="engram-viz", description="Look inside the Engram memory of DeepSeek-V4.1-Flash."
-    )
+    parser = _Parser(prog="engram-viz", description="Look inside the Engram memory of DeepSeek-V4.1-Flash.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     _add_foundation_commands(sub)
@@ -343,8 +412,11 @@ def main(argv: list[str] | None = None) -> int:
     """Run one sub-command; a user error (any ``EngramVizError``, a file that cannot be read or
     written) ends it with one line on stderr and exit code 2, without a traceback; Ctrl-C with one
     line and exit code 130 (an output folder is then left as it was). Anything else is a bug and
-    keeps its traceback."""
-    args = build_parser().parse_args(argv)
+    keeps its traceback. A usage error (a bad option value) is one line and exit code 2 too."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as stop:  # argparse: a usage error (code 2, one line from _Parser.error) or --help (0)
+        return stop.code if isinstance(stop.code, int) else 2
     try:
         args.func(args)
     except BrokenPipeError:  # output piped into `head` and the like: stop quietly

@@ -48,6 +48,10 @@ class TokenInputTypeError(EngramVizError, TypeError):
     """Token ids or token types of the wrong type (floats, strings, bools, lists where tensors go)."""
 
 
+class DeviceError(EngramVizError, ValueError):
+    """A device that is not one of auto, cpu, cuda, cuda:N, mps, or is not available in this torch."""
+
+
 class Bf16GemmError(EngramVizError, ValueError):
     """``gemm='bf16'`` asked for on operands or a device where bf16 operands are not exact."""
 

@@ -125,6 +125,8 @@ def run_corpus(
     cfg = load_config(weights_config() if config is None else config)
     if workers is not None:
         checked_workers(workers)
+    if isinstance(top, bool) or not isinstance(top, int) or top < 0:
+        raise CorpusError(f"top (hot rows per layer) must be a non-negative integer, got {top!r}")
     distributed = bool(scheduler) or (workers or 1) > 1
     if distributed and max_tokens is not None:
         raise CorpusError("max_tokens needs one process (the cap follows file order); drop --workers/--scheduler")

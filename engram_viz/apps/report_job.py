@@ -54,6 +54,7 @@ from engram_viz.analysis.row_stats.trace_ngrams import collision_exposure, popul
 from engram_viz.analysis.row_stats.usage import RowUsage
 from engram_viz.apps.report_sections import FigureSpec, report_sections, trace_gate_memory
 from engram_viz.config import EngramConfig
+from engram_viz.core.engram import resolve_device
 from engram_viz.errors import ReportError
 from engram_viz.run.pipeline import Pipeline
 from engram_viz.run.prompts import load_prompts, prompt_set_for, prompt_set_path
@@ -215,6 +216,7 @@ def write_report(
 ) -> Report:
     """Run the prompt set and write the report into ``out`` (see the module docstring)."""
     say = log or (lambda msg: None)
+    resolve_device(device)  # a device that cannot work: one DeviceError before anything is written
     final = Path(out)
     with atomic_folder(final, marker="manifest.json", pause=settings.pause_at) as build:
         report = _build_report(build, checkpoint, prompts, device, mode, theme, streams, batch_size, progress, say)

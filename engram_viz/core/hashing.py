@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from engram_viz.config import IMAGE_END, TEXT, EngramConfig, load_config
+from engram_viz.core.engram import resolve_device
 from engram_viz.core.layout import EngramLayout
 from engram_viz.errors import TokenInputError, TokenInputTypeError
 
@@ -97,7 +98,7 @@ class NgramHasher:
         self.config = load_config(config)
         self.layout = EngramLayout(self.config)
         self.layout.check_against_config()  # a config whose tables disagree with its primes: ConfigError
-        self.device = torch.device(device)
+        self.device = resolve_device(device)
         self.token_map = _checked_token_map(token_map, self.config).to(self.device)
         self.pad_id = int(self.token_map[self.config.engram_pad_id])
         self.multipliers = torch.as_tensor(self.layout.multipliers, device=self.device)  # [n_layers, max_ngram]

@@ -25,6 +25,7 @@ from typing import Any, cast
 
 import torch
 
+from engram_viz.core.engram import resolve_device
 from engram_viz.core.hooks import HOOK_SITES, HookFn, hook_points, parse_hook_name
 from engram_viz.errors import InputError, InputTypeError
 
@@ -98,7 +99,7 @@ class ActivationCache(Mapping):
         return sum(t.nbytes for parts in self._chunks.values() for t in parts)
 
     def to(self, device: str | torch.device) -> ActivationCache:
-        other = ActivationCache(self._chunks, torch.device(device), self.captured)
+        other = ActivationCache(self._chunks, resolve_device(device), self.captured)
         other._chunks = {n: [t.to(device) for t in parts] for n, parts in self._chunks.items()}
         return other
 
@@ -218,7 +219,7 @@ class HookRegistry:
         """
         resolved = self.resolve(names)
         here = _capture_here(capture_rank)
-        cache = ActivationCache(resolved if here else (), None if device is None else torch.device(device), here)
+        cache = ActivationCache(resolved if here else (), None if device is None else resolve_device(device), here)
         removers: list[Callable[[], None]] = []
         try:
             if here:

@@ -43,7 +43,7 @@ import torch
 
 from engram_viz._progress import progress_bar
 from engram_viz.config import TEXT, EngramConfig
-from engram_viz.core.engram import Engram, default_device
+from engram_viz.core.engram import Engram, resolve_device
 from engram_viz.core.hashing import TokenInputError, check_id_values, check_token_types, hash_prompt, id_sequence
 from engram_viz.core.tokenizer import get_tokenizer
 from engram_viz.errors import CheckpointError, InputError, PromptTypeError
@@ -104,7 +104,7 @@ class Pipeline:
         batch_size: int = 8,
         bos: bool = True,
     ):
-        self.device = torch.device(device) if device is not None else default_device()
+        self.device = resolve_device(device)  # None or "auto": CUDA when available; else DeviceError if unusable
         self.mode = mode
         if batch_size < 1:
             raise InputError(f"batch_size must be at least 1, got {batch_size}")

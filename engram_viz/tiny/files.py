@@ -21,7 +21,7 @@ from safetensors.torch import save_file
 from engram_viz._files import atomic_path, atomic_write_text
 from engram_viz.config import ConfigError, EngramConfig, match_preset
 from engram_viz.core import fp8
-from engram_viz.core.engram import Engram
+from engram_viz.core.engram import Engram, resolve_device
 from engram_viz.core.tokenizer import get_tokenizer
 from engram_viz.errors import CheckpointError, InputTypeError
 from engram_viz.tiny.model import TinyEngramLM, TinyLMConfig, TrainableTable
@@ -123,6 +123,7 @@ def load_tiny_model(
     ``safetensors.py``, ``finite.py``), so a damaged folder raises a ``CheckpointError`` naming the
     file. The Engram layers are built with ``Engram.from_weights`` from the fp8 tensors (``mode`` is
     the wkv mode, ``fp8`` as the reference); the LM's bf16 tensors compute in float32."""
+    device = resolve_device(device)
     path = Path(path) if path is not None else DEFAULT_DIR
     if not path.is_dir():
         raise CheckpointError(f"tiny model folder {path} does not exist or is not a folder")

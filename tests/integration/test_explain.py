@@ -125,3 +125,45 @@ def test_token_html_tooltips_from_an_explanation(pipe):
     orders = a.group(a.dot_share, "order")[2, :, 0]  # position 2, stream 0
     want = "  ".join(f"{o}-gram {100 * float(v / orders.sum()):+.0f}%" for o, v in zip(a.order_ids, orders))
     assert f"order shares of dot (stream 0): {want}" in html.unescape(page)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"positions": [1.0]}, r"positions must be integers, got 1\.0 \(float\)"),
+        ({"positions": [2.7]}, r"positions must be integers, got 2\.7"),
+        ({"positions": [True]}, r"positions must be integers, got True \(bool\)"),
+        ({"positions": np.array([1.5])}, "positions must be integers"),
+        ({"positions": ["3"]}, r"positions must be integers, got '3' \(str\)"),
+        ({"positions": 3}, r"positions must be a list of integers or None, got 3 \(int\)"),
+        ({"positions": "3"}, "positions must be a list of integers or None"),
+        ({"positions": []}, "positions is empty; give at least one, or None for all"),
+        ({"positions": np.array([], np.int64)}, "positions is empty"),
+        ({"layers": [1.0]}, r"layers must be integers, got 1\.0 \(float\)"),
+        ({"layers": [False]}, r"layers must be integers, got False \(bool\)"),
+        ({"layers": []}, "layers is empty"),
+    ],
+)
+def test_positions_and_layers_that_are_not_integers_are_refused(pipe, kwargs, match):
+    with pytest.raises(AttributionError, match=match):
+        explain(pipe, TEXT, **kwargs)
+
+
+def test_integer_positions_of_any_integer_type_are_accepted(pipe):
+    ex = explain(pipe, TEXT, positions=np.array([1, -1]), layers=(np.int64(pipe.layer_ids[0]),))
+    assert ex.positions.tolist() == [1, len(ex.pieces) - 1]
+    with pytest.raises(AttributionError, match=r"position must be integers, got 1\.0"):
+        ex.rows_frame(position=1.0)
+    with pytest.raises(AttributionError, match=r"layer must be integers, got True"):
+        ex.rows_frame(layer=True)
+
+
+def test_a_position_outside_the_prompt_names_the_position_given(pipe, capsys):
+    n = len(pipe.run([TEXT]).pieces[0])
+    with pytest.raises(AttributionError, match=rf"position -99 is outside the prompt; it has {n} tokens .*-{n}\.\.-1"):
+        explain(pipe, TEXT, positions=[-99])
+    with pytest.raises(AttributionError, match=r"position 10000000000000000000000 is outside"):
+        explain(pipe, TEXT, positions=[10**22])
+    assert main(["explain", TEXT, "--position", "-99"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "position -99 is outside the prompt" in err, err

@@ -83,10 +83,12 @@ def test_a_bad_streams_file_is_one_line_and_still_a_value_error(tmp_path, capsys
 
 
 def test_a_bad_argument_the_library_refuses_is_one_line(capsys):
-    """``app --port 70000``: ``apps.app.bind`` raises an ``InputError`` (a ``ValueError``)."""
-    pytest.importorskip("voila")
+    """``app --port 70000``: refused by the option's own type (``cli.PORT``) before ``apps.app.bind``
+    (which raises an ``InputError``, a ``ValueError``, for a caller from Python)."""
     assert main(["app", "--port", "70000"]) == 2
-    assert "--port 70000: expected 0..65535" in _one_line(capsys, "app")
+    assert "argument --port: expected an integer from 0 to 65,535, got 70000" in _one_line(capsys, "app")
+    assert main(["explain", "Alexander", "--position", "99", "--device", "cpu"]) == 2  # the library's AttributionError
+    assert "position 99 is outside the prompt" in _one_line(capsys, "explain")
 
 
 def test_input_errors_keep_their_builtin_base():

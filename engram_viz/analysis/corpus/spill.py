@@ -18,6 +18,7 @@ at exit; ``run_corpus`` names it so that a killed run's folder is cleared by the
 
 from __future__ import annotations
 
+import math
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,26 +30,34 @@ from engram_viz.errors import MemoryLimitError
 
 KEY_BYTES = 16  # a distinct key costs 8 bytes of key and 8 of count
 MIN_CHUNK = 1 << 12  # keys per run per merge step, at least
+MAX_MEMORY_LIMIT = 1 << 60  # 1 EiB: past any machine's memory, and far inside int64
+_UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "kib": 2**10, "m": 1e6, "mb": 1e6, "mib": 2**20}
+_UNITS.update({"g": 1e9, "gb": 1e9, "gib": 2**30, "t": 1e12, "tb": 1e12, "tib": 2**40})
 
 
 def parse_memory_limit(value: str | int | None) -> int | None:
-    """``"2GB"``, ``"512MiB"``, ``"64k"``, ``"1000000"`` or an int -> bytes (None stays None)."""
-    if value is None or isinstance(value, int):
-        if isinstance(value, int) and value < 1:
-            raise MemoryLimitError(f"memory limit must be a positive number of bytes, got {value}")
-        return value
-    text = str(value).strip().lower().replace(" ", "")
-    units = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "kib": 2**10, "m": 1e6, "mb": 1e6, "mib": 2**20}
-    units.update({"g": 1e9, "gb": 1e9, "gib": 2**30, "t": 1e12, "tb": 1e12, "tib": 2**40})
-    number = text.rstrip("abcdefghijklmnopqrstuvwxyz")
-    try:
-        size = int(float(number) * units[text[len(number) :]])
-    except (ValueError, KeyError):
-        raise MemoryLimitError(
-            f"memory limit {value!r} is not a size; expected bytes or a number with a unit like 2GB or 512MiB"
-        ) from None
-    if size < 1:
-        raise MemoryLimitError(f"memory limit must be a positive number of bytes, got {value!r}")
+    """``"2GB"``, ``"512MiB"``, ``"64k"``, ``"1000000"`` or an int -> bytes (None stays None); at
+    least 1 byte and at most :data:`MAX_MEMORY_LIMIT`, else MemoryLimitError."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise MemoryLimitError(f"memory limit must be bytes or a size like 2GB, got {value!r}")
+    if isinstance(value, int):
+        size = value
+    else:
+        text = str(value).strip().lower().replace(" ", "")
+        number = text.rstrip("abcdefghijklmnopqrstuvwxyz")
+        try:
+            amount = float(number) * _UNITS[text[len(number) :]]
+        except (ValueError, KeyError):
+            raise MemoryLimitError(
+                f"memory limit {value!r} is not a size; expected bytes or a number with a unit like 2GB or 512MiB"
+            ) from None
+        if not math.isfinite(amount) or amount > MAX_MEMORY_LIMIT:
+            raise MemoryLimitError(f"memory limit {value!r} is too large; expected at most 1EiB")
+        size = int(amount)
+    if not 1 <= size <= MAX_MEMORY_LIMIT:
+        raise MemoryLimitError(f"memory limit must be from 1 byte to 1EiB (bytes or a size like 2GB), got {value!r}")
     return size
 
 

@@ -100,6 +100,7 @@ class Explanation:
 
     def index(self, position: int) -> int:
         """Where token ``position`` (negative counts from the end) sits among :attr:`positions`."""
+        position = _index("position", position)
         p = position + len(self.pieces) if position < 0 else position
         hits = np.flatnonzero(self.positions == p)
         if not hits.size:
@@ -111,6 +112,7 @@ class Explanation:
 
     def _selection(self, position: int | None, layer: int | None) -> tuple[list[int], list[int]]:
         idx = list(range(len(self.positions))) if position is None else [self.index(position)]
+        layer = None if layer is None else _index("layer", layer)
         if layer is not None and layer not in self.layers:
             raise AttributionError(f"layer {layer} is not an Engram layer; expected one of {list(self.layers)}")
         return idx, list(self.layers) if layer is None else [layer]
@@ -228,6 +230,23 @@ def _decoded_ngrams(trace: Any, decoder: NgramDecoder, positions: np.ndarray, ma
     return [{o: "".join(row[max_ngram - o :]) for o in range(2, max_ngram + 1)} for row in pieces.tolist()]
 
 
+def _index(name: str, value: Any) -> int:
+    """``value`` as a Python int; a bool, float, string or anything else not an integer: AttributionError."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise AttributionError(f"{name} must be integers, got {value!r} ({type(value).__name__})")
+    return int(value)
+
+
+def _indices(name: str, values: Any) -> list[int]:
+    """``positions`` or ``layers`` as a non-empty list of ints (None is handled by the caller)."""
+    items = values.tolist() if isinstance(values, (np.ndarray, torch.Tensor)) else values
+    if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
+        raise AttributionError(f"{name} must be a list of integers or None, got {values!r} ({type(values).__name__})")
+    if len(items) == 0:
+        raise AttributionError(f"{name} is empty; give at least one, or None for all")
+    return [_index(name, v) for v in items]
+
+
 def _run_capturing(pipeline: Pipeline, prompt: Any) -> tuple[Any, dict[int, torch.Tensor]]:
     """``Pipeline.run`` of one prompt with each Engram layer's input streams (``engram.L{n}.streams``),
     rows, key, value and dot captured: ``(trace, {layer: x [T, hc, dim]})``."""
@@ -245,13 +264,16 @@ def explain(
 ) -> Explanation:
     """Attribute the gates of one ``prompt`` (a string or a prompt dict) at ``positions`` (token
     indices, negative from the end; default all) and ``layers`` (default all Engram layers)."""
+    asked = None if positions is None else _indices("positions", positions)
+    layer_ids = list(pipeline.layer_ids) if layers is None else _indices("layers", layers)
     trace, xs = _run_capturing(pipeline, prompt)
     n = int(trace.lengths[0])
-    pos = np.arange(n) if positions is None else np.asarray([p + n if p < 0 else p for p in positions], np.int64)
-    bad = [p for p in pos.tolist() if not 0 <= p < n]
+    bad = [p for p in asked or [] if not -n <= p < n]
     if bad:
-        raise AttributionError(f"position {bad[0]} is outside the prompt; it has {n} tokens (positions 0..{n - 1})")
-    layer_ids = list(pipeline.layer_ids) if layers is None else [int(x) for x in layers]
+        raise AttributionError(
+            f"position {bad[0]} is outside the prompt; it has {n} tokens (positions 0..{n - 1}, or -{n}..-1 from the end)"
+        )
+    pos = np.arange(n) if asked is None else np.asarray([p + n if p < 0 else p for p in asked], np.int64)
     missing = [x for x in layer_ids if x not in pipeline.engrams]
     if missing:
         raise AttributionError(f"layer {missing[0]} is not an Engram layer; expected one of {list(pipeline.layer_ids)}")
