@@ -82,7 +82,7 @@ def count_batch(
     return counts, np.bincount(ids, minlength=config.vocab_size), len(ids)
 
 
-def file_record(path: Path, stamp: tuple[int, int, int, int] | None = None) -> dict:
+def file_record(path: Path, stamp: tuple[int, int, int] | None = None) -> dict:
     """The ``corpus_files`` row of one file, before counting (its size from ``stamp``, the file's
     ``file_stamp`` when given)."""
     return {

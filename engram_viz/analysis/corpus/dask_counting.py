@@ -219,7 +219,9 @@ def count_corpus_dask(
     records = [file_record(f, stamp) for f, stamp in zip(files, stamps, strict=True)]
     raw_counts = np.zeros(cfg.vocab_size, dtype=np.int64)
     totals: list[Any] = [None] * parts
-    tok_f = client.scatter(tok, broadcast=True)
+    tok_f = client.scatter(
+        tok, broadcast=True, hash=False
+    )  # a fresh key: an earlier count's copy may be being released
     pending: list[tuple[int, Any]] = []
     tokens = documents = 0
     bar = progress_bar(unit="tok", unit_scale=True, disable=not progress, desc="corpus")

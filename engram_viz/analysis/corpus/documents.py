@@ -58,7 +58,7 @@ class Span(NamedTuple):
     stop: int
     line0: int
     source: Path | None = None
-    stamp: tuple[int, int, int, int] | None = None
+    stamp: tuple[int, int, int] | None = None
 
     @property
     def shown(self) -> Path:
@@ -109,14 +109,14 @@ def corpus_file_stat(path: str | Path) -> os.stat_result:
     return st
 
 
-def file_stamp(path: str | Path) -> tuple[int, int, int, int]:
-    """``(size, modification time in ns, inode, device)`` of a corpus file: what must not change
+def file_stamp(path: str | Path) -> tuple[int, int, int]:
+    """``(size, modification time in ns, inode)`` of a corpus file: what must not change
     while it is read (:func:`check_unchanged`)."""
     st = corpus_file_stat(path)
-    return st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev
+    return st.st_size, st.st_mtime_ns, st.st_ino  # not the device: a worker mounting a shared disk sees another
 
 
-def check_unchanged(path: str | Path, stamp: tuple[int, int, int, int]) -> None:
+def check_unchanged(path: str | Path, stamp: tuple[int, int, int]) -> None:
     """``CorpusError`` when ``path`` is no longer the file stamped ``stamp`` (:func:`file_stamp`):
     a file changed while it was counted would be counted as a mix of two files."""
     try:
