@@ -84,10 +84,11 @@ def _count(
     counts = NgramCounts(cfg, int(tok.token_map[cfg.engram_pad_id]), limit, target.parent, f".{target.name}.new-spill")
     if not (bool(scheduler) or (workers or 1) > 1):
         return count_corpus(files, cfg, tok, max_tokens, spec, progress=progress, counts=counts)
+    files = checked_files(files)  # before a cluster starts
     with dask_client(workers, scheduler, processes) as client:
         return count_corpus_dask(
             client,
-            checked_files(files),
+            files,
             cfg,
             tok,
             spec,

@@ -5,6 +5,8 @@ from __future__ import annotations
 import gzip
 import itertools
 import json
+import os
+import re
 import shutil
 from pathlib import Path
 
@@ -14,7 +16,7 @@ import pytest
 import torch
 
 from engram_viz._cache import cached_path
-from engram_viz.analysis.corpus import default_corpus
+from engram_viz.analysis.corpus import counting, default_corpus
 from engram_viz.analysis.corpus.counting import count_corpus
 from engram_viz.analysis.corpus.default_corpus import default_corpus_files, kjv_chapters_text, unwrap_paragraphs
 from engram_viz.analysis.corpus.documents import (
@@ -307,3 +309,87 @@ def test_default_corpus_has_over_a_million_tokens(tokenizer):
     assert kjv.count("\n\n") + 1 == 1189  # chapters
     stats = count_corpus(files, "tiny", tokenizer, progress=False)
     assert stats.tokens > 1_000_000 and stats.files[1]["tokens"] > 100_000
+
+
+def _not_a_file(tmp_path: Path, kind: str) -> Path:
+    """A path given as a corpus file that is no regular file."""
+    path = tmp_path / kind
+    if kind == "folder":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "loop":
+        os.symlink(tmp_path / "loop2", path)
+        os.symlink(path, tmp_path / "loop2")
+    elif kind == "dangling":
+        os.symlink(tmp_path / "gone.txt", path)
+    else:
+        path = Path(os.devnull)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("kind", "said"),
+    [
+        ("folder", r"is a folder, not a regular text or JSONL file; give the files in it \(e\.g\. .*folder/\*\.txt\)"),
+        ("fifo", r"is a FIFO \(named pipe\), not a regular text or JSONL file"),
+        ("loop", r"is a symlink loop"),
+        ("dangling", r"is a dangling symlink \(to .*gone\.txt\)"),
+        ("devnull", r"is a character device, not a regular text or JSONL file"),
+    ],
+)
+def test_a_corpus_file_that_is_no_regular_file_says_what_it_is(tmp_path, kind, said, capsys):
+    """Each of these was reported as "does not exist"; now one line says what the path is."""
+    path = _not_a_file(tmp_path, kind)
+    for read in (lambda: list(iter_documents(path)), lambda: list(document_spans(path))):
+        with pytest.raises(CorpusError, match=said):
+            read()
+    out = tmp_path / "out"
+    for workers in ([], ["--workers", "2"]):  # refused before any cluster starts
+        assert main(["corpus", str(path), "--out", str(out), "--no-progress", *workers]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and re.search(f"corpus file {re.escape(str(path))} {said}", err), err
+    assert not out.exists()
+
+
+def test_a_lone_surrogate_escape_is_read_as_the_replacement_character(tmp_path, tokenizer):
+    """Valid JSON, but no text: counted as U+FFFD, as invalid UTF-8 bytes are in every file, not a
+    traceback from the tokenizer."""
+    lone, replaced = tmp_path / "lone.jsonl", tmp_path / "replaced.jsonl"
+    lone.write_text('{"text": "a \\ud800 b \\udfff"}\n{"text": "\\ud83d\\ude00 paired"}\n')
+    replaced.write_text('{"text": "a \\ufffd b \\ufffd"}\n{"text": "\\ud83d\\ude00 paired"}\n')
+    assert [t for t, _ in iter_documents(lone)] == ["a \ufffd b \ufffd", "\U0001f600 paired"]
+    assert [t for t, _ in iter_span_documents(next(document_spans(lone)))] == ["a \ufffd b \ufffd", "\U0001f600 paired"]
+    a = count_corpus([lone], "tiny", tokenizer, progress=False)
+    b = count_corpus([replaced], "tiny", tokenizer, progress=False)
+    assert a.counts == b.counts and a.tokens == b.tokens > 0
+
+
+def test_a_file_changed_while_it_is_counted_is_refused(tmp_path, text_file, tokenizer, monkeypatch):
+    """Truncated (or rewritten) after its first documents were read: counting it went on and mixed
+    the two files, rc 0, the summary stating the old size. Now one line names the file; no output."""
+    for change in ("truncate", "touch"):
+        big = tmp_path / f"{change}.txt"
+        big.write_text(TEXT * 50, encoding="utf-8")
+        size = big.stat().st_size
+
+        def reading(path, *args, _change=change, _big=big, _size=size, **kwargs):
+            for i, piece in enumerate(iter_documents(path, *args, **kwargs)):
+                if i == 1 and Path(path) == _big:  # after the first document: the file changes
+                    if _change == "truncate":
+                        os.truncate(_big, _size // 2)
+                    else:
+                        os.utime(_big, ns=(1, 1))
+                yield piece
+
+        monkeypatch.setattr(counting, "iter_documents", reading)
+        out = tmp_path / f"out-{change}"
+        said = f"bytes -> {size // 2} bytes" if change == "truncate" else "modified or replaced, same size"
+        with pytest.raises(CorpusError, match=f"corpus file .*{change}.txt changed while it was read .*{said}"):
+            run_corpus([text_file, big], out, "tiny", tokenizer, progress=False, spec=DocumentSpec(batch_chars=100))
+        assert not out.exists()
+    with pytest.raises(CorpusError, match="changed while it was read"):  # iter_documents checks on its own too
+        gen = iter_documents(text_file)
+        next(gen)
+        text_file.write_text(TEXT + "more\n", encoding="utf-8")
+        list(gen)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import gzip
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -174,3 +176,74 @@ def test_gzipped_files_travel_as_spans_of_a_decompressed_copy(
     assert list(spool.iterdir()) == []  # the copy's folder removed at the end
     run_corpus(corpus_files, tmp_path / "out", v41_config, tokenizer, progress=False, workers=2, processes=False)
     assert not [p for p in tmp_path.iterdir() if ".new-" in p.name]
+
+
+def test_a_file_changed_while_the_workers_read_it_is_refused(tmp_path, v41_config, tokenizer, monkeypatch):
+    """Truncated between cutting and reading (a worker reads the span) or touched before the count
+    ends: once counted as a mix of two files, rc 0. Now refused naming the file. And a lone
+    surrogate escape is counted as U+FFFD, exactly as in one process."""
+    big = tmp_path / "big.txt"
+    big.write_text("\n\n".join(DOCS * 40) + "\n", encoding="utf-8")
+    size = big.stat().st_size
+    lone, replaced = tmp_path / "lone.jsonl", tmp_path / "replaced.jsonl"
+    lone.write_text('{"text": "a \\ud800 b"}\n{"text": "c \\udc00"}\n')
+    replaced.write_text('{"text": "a \\ufffd b"}\n{"text": "c \\ufffd"}\n')
+    spec = DocumentSpec(batch_chars=500)
+    read, gather = dask_counting.iter_span_documents, dask_counting._gather
+
+    def truncating(span, *args):  # on a worker thread, before its first span is read
+        if span.path == big.absolute() and big.stat().st_size == size:
+            os.truncate(big, size // 2)
+        return read(span, *args)
+
+    def touching(*args, **kwargs):  # on the client, after every span was read
+        os.utime(big, ns=(1, 1))
+        return gather(*args, **kwargs)
+
+    with dask_client(workers=2, processes=False) as client:
+        two = count_corpus_dask(client, [lone], v41_config, tokenizer, spec, progress=False)
+        one = count_corpus([replaced], v41_config, tokenizer, spec=DocumentSpec(batch_chars=500), progress=False)
+        assert two.counts == one.counts and two.tokens == one.tokens > 0
+        monkeypatch.setattr(dask_counting, "iter_span_documents", truncating)
+        with pytest.raises(CorpusError, match=f"corpus file {big}.* changed while it was read .*{size // 2} bytes"):
+            count_corpus_dask(client, [big], v41_config, tokenizer, spec, progress=False)
+        monkeypatch.setattr(dask_counting, "iter_span_documents", read)
+        monkeypatch.setattr(dask_counting, "_gather", touching)
+        big.write_text("\n\n".join(DOCS * 40) + "\n", encoding="utf-8")
+        with pytest.raises(CorpusError, match=f"corpus file {big} changed while it was read .*same size"):
+            count_corpus_dask(client, [big], v41_config, tokenizer, spec, progress=False)
+
+
+def test_a_bad_line_on_worker_processes_is_one_line_on_stderr(tmp_path):
+    """Once six worker tracebacks (61 lines) came before the one correct line."""
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "ok"}\n{"text": "fine"}\nnot json\n')
+    out = tmp_path / "out"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")]),
+    }
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "engram_viz.cli",
+            "corpus",
+            str(bad),
+            "--out",
+            str(out),
+            "--workers",
+            "2",
+            "--no-progress",
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        f"engram-viz corpus: error: {bad}:3: not valid JSON: Expecting value: line 1 column 1 (char 0)"
+    ]
+    assert not out.exists()

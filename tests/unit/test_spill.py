@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import pickle
+import resource
+import signal
 
 import numpy as np
 import pytest
@@ -18,6 +22,7 @@ from engram_viz.analysis.corpus.spill import (
     parse_memory_limit,
 )
 from engram_viz.config import load_config
+from engram_viz.errors import WriteError
 
 
 def _run(rng, n, high):
@@ -123,3 +128,34 @@ def test_parse_memory_limit(text, size):
 def test_parse_memory_limit_refuses(bad):
     with pytest.raises(MemoryLimitError, match="memory limit"):
         parse_memory_limit(bad)
+
+
+@contextlib.contextmanager
+def _file_size_limit(size: int):
+    """Writes past ``size`` bytes of a file fail (EFBIG), as on a full disk: a real short write."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    old = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails instead of killing the process
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, old)
+
+
+def test_a_spill_that_cannot_be_written_names_the_folder_the_disk_and_the_memory_limit(tmp_path):
+    """A spill onto a full disk once ended with numpy's "90740 requested and 30208 written"."""
+    cfg = load_config("tiny")
+    counts = NgramCounts(cfg, memory_limit=4000, spill_dir=tmp_path, spill_prefix="t-")
+    ids = np.random.default_rng(0).integers(0, 500, 3000)  # one spill of about 24,000 bytes of keys
+    with _file_size_limit(2000), pytest.raises(WriteError) as err:
+        counts.add_compressed(ids)
+    message = str(err.value)
+    assert "\n" not in message
+    assert f"in {tmp_path}{os.sep}t-" in message  # the spill folder
+    assert "the disk mounted at /" in message and "bytes free" in message
+    assert "the memory limit of 4,000 bytes (--memory-limit)" in message
+    assert "File too large" in message  # the system's reason, not numpy's byte counts
+    store = SpillStore(tmp_path / "none", memory_limit=None)
+    with _file_size_limit(10), pytest.raises(WriteError, match=r"none.*past no memory limit"):
+        store.write(2, 0, np.arange(100, dtype=np.uint64), np.ones(100, np.int64))

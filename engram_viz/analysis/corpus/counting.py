@@ -24,7 +24,15 @@ import numpy as np
 from engram_viz import settings
 from engram_viz._progress import progress_bar
 from engram_viz.analysis.corpus.default_corpus import default_corpus_files, default_corpus_sources
-from engram_viz.analysis.corpus.documents import CorpusError, DocumentSpec, is_jsonl, iter_documents
+from engram_viz.analysis.corpus.documents import (
+    CorpusError,
+    DocumentSpec,
+    check_unchanged,
+    corpus_file_stat,
+    file_stamp,
+    is_jsonl,
+    iter_documents,
+)
 from engram_viz.analysis.corpus.ngram_counts import NgramCounts
 from engram_viz.analysis.corpus.windows import StreamWindows
 from engram_viz.config import EngramConfig, load_config
@@ -74,12 +82,13 @@ def count_batch(
     return counts, np.bincount(ids, minlength=config.vocab_size), len(ids)
 
 
-def file_record(path: Path) -> dict:
-    """The ``corpus_files`` row of one file, before counting."""
+def file_record(path: Path, stamp: tuple[int, int, int] | None = None) -> dict:
+    """The ``corpus_files`` row of one file, before counting (its size from ``stamp``, the file's
+    ``file_stamp`` when given)."""
     return {
         "path": str(path),
         "format": "jsonl" if is_jsonl(path) else "text",
-        "bytes": path.stat().st_size,
+        "bytes": (stamp or file_stamp(path))[0],
         "documents": 0,
         "tokens": 0,
     }
@@ -113,9 +122,15 @@ class _Counter:
         return not done
 
     def file(self, path: Path) -> bool:
-        """Count one file; False once max_tokens is reached."""
+        """Count one file; False once max_tokens is reached. A file that changes while it is read
+        is refused (``CorpusError``): its counts would mix two files."""
+        stamp = file_stamp(path)
+        going = self._file(path, file_record(path, stamp))
+        check_unchanged(path, stamp)
+        return going
+
+    def _file(self, path: Path, record: dict) -> bool:
         spec = self.spec
-        record = file_record(path)
         self.stats.files.append(record)
         self.bar.set_postfix_str(path.name)
         texts, continues, size = [], [], 0
@@ -137,13 +152,12 @@ class _Counter:
 
 
 def checked_files(files: Iterable[str | Path], max_tokens: int | None = None) -> list[Path]:
-    """The corpus files as paths, each an existing file, and max_tokens positive (CorpusError)."""
+    """The corpus files as paths, each an existing regular file, and max_tokens positive (CorpusError)."""
     files = [Path(f) for f in files]
     if not files:
         raise CorpusError("no corpus files given")
     for f in files:
-        if not f.is_file():
-            raise CorpusError(f"corpus file {f} does not exist")
+        corpus_file_stat(f)  # a regular file, else what it is (missing, a folder, a FIFO, a device...)
     if max_tokens is not None and max_tokens < 1:
         raise CorpusError(f"max_tokens must be positive, got {max_tokens}")
     return files

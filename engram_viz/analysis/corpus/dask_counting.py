@@ -30,7 +30,11 @@ local cluster (``workers=N``) or of an existing one (``scheduler="tcp://host:878
   under its own limit.
 
 Tasks name their inputs, so a worker that dies loses nothing: the scheduler reruns its
-tasks elsewhere (``retries`` more for errors), and the counts stay exact. The scheduler keeps every
+tasks elsewhere (``retries`` more for errors), and the counts stay exact. A task's error (a bad JSONL line) reaches
+the client as the task's own ``CorpusError``; the local cluster's logs are silenced, so the user
+sees that one line, not every worker's traceback. Every file is stamped (``file_stamp``) before it is
+cut and checked again when its spans are read (on the worker) and when the count ends: a file
+changed meanwhile is refused. The scheduler keeps every
 finished task of a partition's merge chain for that (a lost partition is recomputed from its
 first batch on): a few hundred bytes per batch, as the tasks name their bytes. At most
 ``2 * workers`` batches are in flight, so the client's memory stays bounded by a few batches.
@@ -38,6 +42,7 @@ first batch on): a few hundred bytes per batch, as the tasks name their bytes. A
 
 from __future__ import annotations
 
+import logging
 import tempfile
 import time
 from collections.abc import Iterator
@@ -53,7 +58,9 @@ from engram_viz.analysis.corpus.documents import (
     CorpusError,
     DocumentSpec,
     Span,
+    check_unchanged,
     document_spans,
+    file_stamp,
     is_gzip,
     iter_span_documents,
 )
@@ -84,7 +91,14 @@ def dask_client(workers: int | None = None, scheduler: str | None = None, proces
         dask.config.set(
             {"distributed.scheduler.work-stealing": False}
         ),  # partitions stay put: see the module docstring
-        LocalCluster(n_workers=workers, threads_per_worker=1, processes=processes, dashboard_address=None) as cluster,
+        LocalCluster(
+            n_workers=workers,
+            threads_per_worker=1,
+            processes=processes,
+            dashboard_address=None,
+            scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},  # its HTTP server: no "port 8787 in use" warning
+            silence_logs=logging.CRITICAL,  # a task's error reaches the user once, as the client's one line
+        ) as cluster,
         Client(cluster) as client,
     ):
         yield client
@@ -201,10 +215,13 @@ def count_corpus_dask(
     parts = partitions or 2 * n_workers
     part_limit = None if memory_limit is None else max(1, memory_limit * n_workers // parts)
     t0 = time.perf_counter()
-    records = [file_record(f) for f in files]
+    stamps = [file_stamp(f) for f in files]
+    records = [file_record(f, stamp) for f, stamp in zip(files, stamps, strict=True)]
     raw_counts = np.zeros(cfg.vocab_size, dtype=np.int64)
     totals: list[Any] = [None] * parts
-    tok_f = client.scatter(tok, broadcast=True)
+    tok_f = client.scatter(
+        tok, broadcast=True, hash=False
+    )  # a fresh key: an earlier count's copy may be being released
     pending: list[tuple[int, Any]] = []
     tokens = documents = 0
     bar = progress_bar(unit="tok", unit_scale=True, disable=not progress, desc="corpus")
@@ -240,6 +257,8 @@ def count_corpus_dask(
         if counts is None:
             counts = NgramCounts(cfg, int(tok.token_map[cfg.engram_pad_id]))  # as count_corpus
         _gather(client, totals, counts)
+        for f, stamp in zip(files, stamps, strict=True):  # a file changed while it was read: counts of two files
+            check_unchanged(f, stamp)
     finally:
         bar.close()
         if spool:

@@ -5,17 +5,23 @@ Plain text (``.txt``, or anything not JSONL; ``.gz`` is read transparently):
 ``'line'`` every non-blank line, ``'file'`` the whole file. JSONL (``.jsonl``, ``.ndjson``,
 also ``.gz``): one document per line, its ``text_field`` (``text``). A document longer than
 ``max_doc_chars`` is cut at line ends into pieces (``continues`` True for the later ones). Text is
-decoded as UTF-8 with invalid bytes replaced by U+FFFD. :class:`DocumentSpec` holds these options,
-and how the documents are counted (BOS, batch size), as one value the counting functions take.
+decoded as UTF-8 with invalid bytes replaced by U+FFFD (and so is an unpaired surrogate escape
+in a JSONL text, ``"\\ud800"``: valid JSON, but no text). A corpus file must be a regular file,
+and one that changes while it is read (:func:`file_stamp`: size, modification time, inode) is
+refused. :class:`DocumentSpec` holds these options, and how the documents are counted (BOS,
+batch size), as one value the counting functions take.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import io
 import json
 import os
+import re
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +31,7 @@ from engram_viz.errors import CorpusError
 
 DOC_MODES = ("paragraph", "line", "file")
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
+_SURROGATE = re.compile("[\ud800-\udfff]")  # what json.loads leaves of an unpaired \uXXXX escape
 
 
 @dataclass(frozen=True)
@@ -42,13 +49,16 @@ class DocumentSpec:
 class Span(NamedTuple):
     """Bytes ``start:stop`` of a plain-text corpus file, cut where a document starts; ``line0``:
     the lines before it (as the file's own reading counts them); ``source``: the gzipped corpus
-    file that ``path`` is the decompressed copy of (named in errors), None for a plain file."""
+    file that ``path`` is the decompressed copy of (named in errors), None for a plain file;
+    ``stamp``: the plain file's :func:`file_stamp` when it was cut, checked again as the span is
+    read (None: not checked, as for a decompressed copy, which grows while it is cut)."""
 
     path: Path
     start: int
     stop: int
     line0: int
     source: Path | None = None
+    stamp: tuple[int, int, int] | None = None
 
     @property
     def shown(self) -> Path:
@@ -66,9 +76,62 @@ def is_jsonl(path: str | Path) -> bool:
     return name.endswith(JSONL_SUFFIXES)
 
 
+def _kind(mode: int) -> str:
+    """What a file that is not a regular one is, in words."""
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    return "a socket" if stat.S_ISSOCK(mode) else "a special file"
+
+
+def corpus_file_stat(path: str | Path) -> os.stat_result:
+    """The ``os.stat`` of a corpus file, else ``CorpusError`` saying what ``path`` is instead: missing,
+    a dangling symlink, a symlink loop, a folder, a FIFO or a device (a corpus file is read more
+    than once, from offsets, so it must be a regular file)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        dangling = os.path.islink(path)
+        what = f"is a dangling symlink (to {os.readlink(path)})" if dangling else "does not exist"
+        raise CorpusError(f"corpus file {path} {what}") from None
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise CorpusError(f"corpus file {path} is a symlink loop (it never reaches a file)") from None
+        raise CorpusError(f"corpus file {path} cannot be read: {err.strerror or err}") from None
+    if not stat.S_ISREG(st.st_mode):
+        hint = f"; give the files in it (e.g. {Path(path) / '*.txt'})" if stat.S_ISDIR(st.st_mode) else ""
+        raise CorpusError(f"corpus file {path} is {_kind(st.st_mode)}, not a regular text or JSONL file{hint}")
+    return st
+
+
+def file_stamp(path: str | Path) -> tuple[int, int, int]:
+    """``(size, modification time in ns, inode)`` of a corpus file: what must not change
+    while it is read (:func:`check_unchanged`)."""
+    st = corpus_file_stat(path)
+    return st.st_size, st.st_mtime_ns, st.st_ino  # not the device: a worker mounting a shared disk sees another
+
+
+def check_unchanged(path: str | Path, stamp: tuple[int, int, int]) -> None:
+    """``CorpusError`` when ``path`` is no longer the file stamped ``stamp`` (:func:`file_stamp`):
+    a file changed while it was counted would be counted as a mix of two files."""
+    try:
+        now = file_stamp(path)
+    except CorpusError as err:
+        raise CorpusError(f"corpus file {path} changed while it was read: {err}") from None
+    if now != stamp:
+        what = f"{stamp[0]} bytes -> {now[0]} bytes" if now[0] != stamp[0] else "modified or replaced, same size"
+        raise CorpusError(
+            f"corpus file {path} changed while it was read ({what}); count it again once nothing writes to it"
+        )
+
+
 def _open_text(path: Path) -> io.TextIOBase:
-    if not path.is_file():
-        raise CorpusError(f"corpus file {path} does not exist")
+    corpus_file_stat(path)
     if is_gzip(path):
         return gzip.open(path, "rt", encoding="utf-8", errors="replace", newline="")
     return open(path, encoding="utf-8", errors="replace", newline="")
@@ -92,8 +155,10 @@ def iter_documents(
     path = Path(path)
     if doc_mode not in DOC_MODES:
         raise CorpusError(f"doc_mode {doc_mode!r} unknown; expected one of {DOC_MODES}")
+    stamp = file_stamp(path)
     with _open_text(path) as fh:
         yield from _parse(fh, path, text_field, doc_mode, max_doc_chars, 0)
+    check_unchanged(path, stamp)
 
 
 def document_spans(
@@ -110,8 +175,7 @@ def document_spans(
     path = Path(path)
     if doc_mode not in DOC_MODES:
         raise CorpusError(f"doc_mode {doc_mode!r} unknown; expected one of {DOC_MODES}")
-    if not path.is_file():
-        raise CorpusError(f"corpus file {path} does not exist")
+    stamp = file_stamp(path)
     gz = is_gzip(path)
     if gz and spool is None:
         raise CorpusError(f"{path} is gzipped: document_spans needs a spool file to decompress it into")
@@ -132,14 +196,15 @@ def document_spans(
                 cut = every_line or (doc_mode == "paragraph" and not line.strip())
                 if cut and pos - start >= span_bytes:
                     _synced(copy)
-                    yield Span(spanned, start, pos, line0, source)
+                    yield Span(spanned, start, pos, line0, source, None if gz else stamp)
                     start, line0 = pos, lines
             _synced(copy)
     except (OSError, EOFError) as err:  # a corrupt or truncated gzip stream, a full disk
         into = f" (decompressing into {spool})" if gz else ""
         raise CorpusError(f"corpus file {path} could not be read{into}: {err}") from None
+    check_unchanged(path, stamp)  # the spans cut are of the file as it still is
     if pos > start:
-        yield Span(spanned, start, pos, line0, source)
+        yield Span(spanned, start, pos, line0, source, None if gz else stamp)
 
 
 def _synced(copy) -> None:
@@ -154,6 +219,8 @@ def iter_span_documents(
 ) -> Iterator[tuple[str, bool]]:
     """The ``(text, continues)`` pieces of one span of :func:`document_spans` (JSONL errors name
     the line in the whole file)."""
+    if span.stamp is not None:
+        check_unchanged(span.path, span.stamp)
     try:
         with open(span.path, "rb") as fh:
             fh.seek(span.start)
@@ -161,6 +228,8 @@ def iter_span_documents(
     except OSError as err:
         copy = f" (its decompressed copy {span.path})" if span.source else ""
         raise CorpusError(f"corpus file {span.shown} could not be read{copy}: {err}") from None
+    if span.stamp is not None:
+        check_unchanged(span.path, span.stamp)
     with io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="replace", newline="") as fh:
         yield from _parse(fh, span.shown, text_field, doc_mode, max_doc_chars, span.line0)
 
@@ -186,6 +255,7 @@ def _parse(
                 text = obj.get(text_field) if isinstance(obj, dict) else None
                 if not isinstance(text, str):
                     raise CorpusError(f"{path}:{lineno}: expected an object with a string field {text_field!r}")
+                text = _SURROGATE.sub("\ufffd", text)  # as invalid UTF-8 bytes are read elsewhere
                 if text:
                     yield from pieces(text)
         elif doc_mode == "line":

@@ -62,7 +62,7 @@ class NgramCounts:
         self.n_masked = 0  # image positions seen and left out
         self.version = 0  # bumped on every change; analyses cache against it
         self.memory_limit = parse_memory_limit(memory_limit)
-        self._spill = SpillStore(spill_dir, spill_prefix)
+        self._spill = SpillStore(spill_dir, spill_prefix, memory_limit=self.memory_limit)
         self.n_spills = 0  # times the store went to disk
 
     # -- adding
@@ -174,7 +174,7 @@ class NgramCounts:
         state = dict(self.__dict__)
         if stored is not None:
             state["_store"] = stored
-        state["_spill"] = SpillStore(self._spill.parent, self._spill.prefix)
+        state["_spill"] = SpillStore(self._spill.parent, self._spill.prefix, memory_limit=self.memory_limit)
         return state
 
     # -- reading

@@ -18,15 +18,19 @@ at exit; ``run_corpus`` names it so that a killed run's folder is cleared by the
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from engram_viz._files import atomic_writer
-from engram_viz.errors import MemoryLimitError
+from engram_viz.errors import MemoryLimitError, WriteError
 
 KEY_BYTES = 16  # a distinct key costs 8 bytes of key and 8 of count
 MIN_CHUNK = 1 << 12  # keys per run per merge step, at least
@@ -150,12 +154,44 @@ def external_merge(runs: list[tuple], chunk: int, write) -> int:
         total += len(keys)
 
 
-class SpillStore:
-    """The runs of one accumulator, by ``(order, group)``, in a temporary folder under ``parent``."""
+def _write_array(fh, a: np.ndarray, dtype: type) -> None:
+    """``a`` as raw ``dtype`` bytes, by a plain file write (no copy): a failed write keeps the
+    system's reason (numpy's ``tofile`` says only "N requested and M written")."""
+    fh.write(memoryview(np.ascontiguousarray(a, dtype)).cast("B"))
 
-    def __init__(self, parent: str | Path | None = None, prefix: str = "engram-spill-", chunk_bytes: int = 1 << 26):
+
+def _mount_point(path: Path) -> Path:
+    """The mount point of the disk that holds ``path`` (an existing folder)."""
+    path = Path(os.path.realpath(path))
+    while not os.path.ismount(path) and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _disk(folder: Path) -> str:
+    """The disk of ``folder`` in words: its mount point and free space (if it can be read)."""
+    try:
+        usage = shutil.disk_usage(folder)
+    except OSError:
+        return f"the disk mounted at {_mount_point(folder)}"
+    return f"the disk mounted at {_mount_point(folder)}, {usage.free:,} of {usage.total:,} bytes free"
+
+
+class SpillStore:
+    """The runs of one accumulator, by ``(order, group)``, in a temporary folder under ``parent``.
+    ``memory_limit``: the accumulator's budget that makes it spill (named when a spill cannot be
+    written: a full disk, a file size limit)."""
+
+    def __init__(
+        self,
+        parent: str | Path | None = None,
+        prefix: str = "engram-spill-",
+        chunk_bytes: int = 1 << 26,
+        memory_limit: int | None = None,
+    ):
         self.parent, self.prefix = (None if parent is None else Path(parent)), prefix
         self.chunk_bytes = chunk_bytes
+        self.memory_limit = memory_limit
         self.runs: dict[tuple[int, int], list[Run]] = {}
         self._folder: tempfile.TemporaryDirectory | None = None
         self._serial = 0
@@ -168,13 +204,31 @@ class SpillStore:
         self._serial += 1
         return Path(self._folder.name) / f"run{self._serial:06d}"
 
+    @contextlib.contextmanager
+    def _writing(self, what: str) -> Iterator[None]:
+        """A failed write of the runs (a full disk: numpy says only "N requested and M written") as
+        ``WriteError`` naming the folder, its disk and the memory limit that made the store spill."""
+        try:
+            yield
+        except OSError as err:
+            folder = Path(self._folder.name) if self._folder else (self.parent or Path(tempfile.gettempdir()))
+            limit = (
+                "no memory limit" if self.memory_limit is None else f"the memory limit of {self.memory_limit:,} bytes"
+            )
+            raise WriteError(
+                f"could not {what} in {folder} ({_disk(folder)}): "
+                f"{err.strerror or err}; the n-gram counts spill there past {limit} (--memory-limit): "
+                "free space on that disk, or raise the limit"
+            ) from None
+
     def write(self, order: int, group: int, keys: np.ndarray, counts: np.ndarray) -> None:
         """Add one sorted unique run of ``(order, group)``."""
-        stem = self._stem()
-        with atomic_writer(stem.with_suffix(".keys")) as fh:
-            np.ascontiguousarray(keys, np.uint64).tofile(fh)
-        with atomic_writer(stem.with_suffix(".counts")) as fh:
-            np.ascontiguousarray(counts, np.int64).tofile(fh)
+        with self._writing(f"spill {len(keys):,} n-gram counts to disk"):
+            stem = self._stem()
+            with atomic_writer(stem.with_suffix(".keys")) as fh:
+                _write_array(fh, keys, np.uint64)
+            with atomic_writer(stem.with_suffix(".counts")) as fh:
+                _write_array(fh, counts, np.int64)
         self.runs.setdefault((order, group), []).append(Run(stem, len(keys)))
 
     def groups(self, order: int) -> set[int]:
@@ -189,10 +243,13 @@ class SpillStore:
             self.runs[(order, group)] = old
             return old[0].arrays()
         parts = [r.readers() for r in old] + extra
-        stem = self._stem()
         chunk = max(MIN_CHUNK, self.chunk_bytes // (KEY_BYTES * max(1, len(parts))))
-        with atomic_writer(stem.with_suffix(".keys")) as fk, atomic_writer(stem.with_suffix(".counts")) as fc:
-            length = external_merge(parts, chunk, lambda k, c: (k.tofile(fk), c.tofile(fc)))
+        with self._writing(f"merge {len(parts)} spilled runs of n-gram counts"):
+            stem = self._stem()
+            with atomic_writer(stem.with_suffix(".keys")) as fk, atomic_writer(stem.with_suffix(".counts")) as fc:
+                length = external_merge(
+                    parts, chunk, lambda k, c: (_write_array(fk, k, np.uint64), _write_array(fc, c, np.int64))
+                )
         del parts
         for r in old:
             r.stem.with_suffix(".keys").unlink(missing_ok=True)
