@@ -10,6 +10,8 @@ partial file. Parent folders are created.
 - :func:`atomic_path`: a temporary path, for libraries that write to a path themselves
   (``df.to_parquet``, ``safetensors.torch.save_file``, ``np.save``, ``fig.savefig``).
 - :func:`write_table`: a tidy frame as ``NAME.parquet`` and ``NAME.csv``.
+- :func:`safe_name`: a file name made from a user's string (a prompt id, a category, a figure
+  name): one path component, portable, unique among the names already given in its folder.
 - :func:`write_npz` / :func:`read_npz`: named arrays as one ``.npz`` with a ``meta`` header (the
   n-gram counts, the row index).
 - :func:`atomic_folder`: a whole run folder (``engram-viz report``, ``engram-viz corpus``), all or
@@ -27,6 +29,7 @@ by the next write of the same file once it is an hour old.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import re
 import secrets
@@ -47,6 +50,32 @@ from engram_viz.errors import InputError, WriteError
 
 TABLE_FORMATS = ("parquet", "csv")
 STALE_TEMP_S = 3600  # a temporary file untouched this long belongs to a process that died
+NAME_BYTES = 96  # a safe name's most characters: with ".png", a temp file's ".NAME.XXXXXXXX.tmp" stays < 255
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
+_RESERVED = {"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(10)), *(f"LPT{i}" for i in range(10))}
+
+
+def safe_name(text: str, taken: set[str] | None = None) -> str:
+    """``text`` as one file-name component: ASCII letters, digits, ``_`` and ``-`` (every other run
+    of characters becomes ``_``: path separators, NUL, and dots, so never ``..``, hidden or with a
+    suffix that an exporter would take for its format), at most :data:`NAME_BYTES` characters, no
+    Windows device name. A name
+    changed on the way gets ``-`` and 8 hex digits of the sha256 of ``text``, so two texts that read
+    alike stay apart. ``taken``: the names already given in the same folder; the result differs
+    from each of them ignoring case (``-2``, ``-3``... added when needed) and is added to it."""
+    name = _UNSAFE.sub("_", text)[:NAME_BYTES]
+    if name != text or not name or name.upper() in _RESERVED:
+        digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+        name = f"{name[: NAME_BYTES - 9]}-{digest}"
+    if taken is None:
+        return name
+    used = {t.casefold() for t in taken}
+    unique, n = name, 1
+    while unique.casefold() in used:
+        n += 1
+        unique = f"{name[: NAME_BYTES - len(str(n)) - 1]}-{n}"
+    taken.add(unique)
+    return unique
 
 
 def _umask() -> int:
@@ -176,15 +205,16 @@ def flatten_tuples(df: pd.DataFrame) -> pd.DataFrame:
 def write_table(
     df: pd.DataFrame, out_dir: str | os.PathLike, name: str, formats: Sequence[str] = TABLE_FORMATS
 ) -> list[Path]:
-    """``out_dir/NAME.parquet`` and ``out_dir/NAME.csv`` (no index), each atomic; returns the paths."""
+    """``out_dir/NAME.parquet`` and ``out_dir/NAME.csv`` (no index), each atomic; returns the paths.
+    ``NAME`` is ``name`` through :func:`safe_name` (unchanged for the suite's own table names)."""
     unknown = [f for f in formats if f not in TABLE_FORMATS]
     if unknown:
         raise InputError(f"table format {unknown[0]!r} unknown; expected one of {TABLE_FORMATS}")
     df = flatten_tuples(df).copy(deep=False)
     df.attrs = {}  # provenance rides with a frame in memory; on disk it is the manifest's, so tables stay plain
-    paths = []
+    paths, stem = [], safe_name(name)
     for fmt in formats:
-        path = Path(out_dir) / f"{name}.{fmt}"
+        path = Path(out_dir) / f"{stem}.{fmt}"
         with atomic_path(path) as tmp:
             if fmt == "parquet":
                 df.to_parquet(tmp, index=False)

@@ -29,6 +29,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from engram_viz import settings
+from engram_viz._files import safe_name
 from engram_viz.config import DATA_DIR, load_config
 from engram_viz.run import provenance as run_provenance
 from engram_viz.run.pipeline import Pipeline
@@ -160,15 +161,17 @@ def export_figures(
     """Write every figure with ``export.export_all`` (matplotlib, a Figure or a plot's Axes: pdf,
     svg, png; plotly: html, and png/svg through kaleido when Chromium is there; TokenView: html,
     png, pdf, svg) and check each file; returns figure, format, path, bytes, check. A plotly figure
-    without Chromium is written as HTML only and says so."""
+    without Chromium is written as HTML only and says so. A figure's files are named by its key
+    through ``_files.safe_name`` (one component inside ``out_dir``, unique: ``../x`` stays inside)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    recs = []
+    recs, taken = [], set()
     for name, fig in figures.items():
+        stem = out / safe_name(str(name), taken)
         try:
-            paths = export_all(fig, out / name, formats, dpi=dpi)
+            paths = export_all(fig, stem, formats, dpi=dpi)
         except BrowserNotFoundError as err:
-            paths = export_all(fig, out / name, ["html"]) if figure_kind(fig) == "plotly" else []
+            paths = export_all(fig, stem, ["html"]) if figure_kind(fig) == "plotly" else []
             recs.append({"figure": name, "format": "png/svg", "path": "", "bytes": 0, "check": f"skipped: {err}"})
         for p in paths:
             recs.append(

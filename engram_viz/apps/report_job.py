@@ -13,7 +13,8 @@ checkpoint folder (None: ``$ENGRAM_VIZ_CHECKPOINT``, else the embedded default w
                               (CollisionStats) - all over the text positions of the prompt set
     figures/<name>.png|.svg   gate distributions, per-prompt gate heatmaps, exposure beside gates,
                               token-coloured text, collisions vs expected, coverage, rank-frequency,
-                              touched-row maps
+                              touched-row maps (a name from a prompt id goes through
+                              ``_files.safe_name``: one component inside figures/, unique)
     trace/                    the run's Trace (``Trace.load`` reads it back)
     manifest.json             provenance (model and weights, stream source, prompt file, versions)
                               and every file written
@@ -47,7 +48,7 @@ import pandas as pd
 import torch
 
 from engram_viz import settings
-from engram_viz._files import atomic_folder, atomic_write_text, write_table
+from engram_viz._files import atomic_folder, atomic_write_text, safe_name, write_table
 from engram_viz.analysis.gates.summary import gate_summary
 from engram_viz.analysis.row_stats.collisions import CollisionStats
 from engram_viz.analysis.row_stats.trace_ngrams import collision_exposure, population_from_trace
@@ -132,16 +133,19 @@ def _draw_figures(sections: list[Section], out: Path) -> tuple[list[Section], di
     """Draw and export each figure of the sections (one at a time, in page order) into
     ``out/figures``: the sections with the drawn figures in place of their specs, the figures by
     name, and the characters that no installed font has (drawn as boxes)."""
-    figures: dict[str, Figure] = {}
+    figures: dict[str, Figure] = {}  # by file name: the spec's name (a prompt id in it) through safe_name
+    drawn_of: dict[int, Figure] = {}  # by id of the spec
+    taken: set[str] = set()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for spec in (p for s in sections for p in s.parts if isinstance(p, FigureSpec)):
+            name = safe_name(spec.name, taken)
             axes = spec.draw()  # a plot's Axes (or array of them; export writes their figure), or a Figure
-            files = tuple(export_all(axes, out / "figures" / spec.name, FIGURE_FORMATS))
-            figures[spec.name] = Figure(spec.name, files, spec.title, spec.caption)
+            files = tuple(export_all(axes, out / "figures" / name, FIGURE_FORMATS))
+            figures[name] = drawn_of[id(spec)] = Figure(name, files, spec.title, spec.caption)
             del axes
     drawn = [
-        replace(s, parts=tuple(figures[p.name] if isinstance(p, FigureSpec) else p for p in s.parts)) for s in sections
+        replace(s, parts=tuple(drawn_of[id(p)] if isinstance(p, FigureSpec) else p for p in s.parts)) for s in sections
     ]
     return drawn, figures, _missing_glyphs(caught)
 

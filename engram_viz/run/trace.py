@@ -17,16 +17,15 @@ A Trace holds, for B prompts right-padded to T positions (``lengths`` says how m
 
 ``to_frame('gates')`` is one row per (prompt, position, layer, stream); ``to_frame('rows')`` one
 per (prompt, position, layer, order, head); padded positions never appear. ``save(dir)`` writes
-``tensors.safetensors`` + ``trace.json`` (each atomically; the JSON records the tensor file's
-sha256 and the sha256 of its own content, so the whole trace is covered) and ``Trace.load(dir)``
+``tensors.safetensors`` + ``trace.json`` (the folder all or nothing, the labels checked first; the
+JSON records the tensor file's sha256 and the sha256 of its own content, so the whole trace is
+covered; trace.json's fields and checks are in ``trace_doc``) and ``Trace.load(dir)``
 gives back an equal Trace, bit for bit, or a :class:`TraceError` naming the file that is missing,
 malformed or edited.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,80 +36,16 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from engram_viz._cache import file_sha256
-from engram_viz._files import atomic_path, atomic_write_text
+from engram_viz._files import atomic_folder, atomic_path, atomic_write_text
 from engram_viz.config import IMAGE, IMAGE_END, IMAGE_NEWLINE, IMAGE_START, TEXT
 from engram_viz.core.hooks import HOOK_SITES, hook_name, parse_hook_name
 from engram_viz.errors import InputError, TraceError
+from engram_viz.run.trace_doc import DOC_SHA256, FORMAT_VERSION, doc_sha256, doc_text, read_doc
 from engram_viz.run.trace_frames import TraceFrames
 
-FORMAT_VERSION = 2  # 2: trace.json carries trace_sha256, the checksum of its own content
 IMAGE_PIECES = {IMAGE_START: "<img:start>", IMAGE: "<img>", IMAGE_NEWLINE: "<img:nl>", IMAGE_END: "<img:end>"}
 _TENSORS_FILE, _JSON_FILE = "tensors.safetensors", "trace.json"
-_DOC_SHA256 = "trace_sha256"
 _BASE_TENSORS = ("input_ids", "compressed_ids", "token_types", "lengths")
-
-
-def _doc_sha256(doc: Mapping[str, Any]) -> str:
-    """sha256 of a trace.json document without its own ``trace_sha256`` entry, in a canonical form
-    (sorted keys, no spaces, ASCII escapes): the same document gives the same digest however it
-    was indented or ordered on disk."""
-    body = {k: v for k, v in doc.items() if k != _DOC_SHA256}
-    text = json.dumps(body, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode("ascii")).hexdigest()
-
-
-def _is_str_list(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(x, str) for x in value)
-
-
-# field of trace.json -> (check, what it must be)
-_DOC_FIELDS: dict[str, tuple[Any, str]] = {
-    "tensors_sha256": (lambda v: isinstance(v, str), "a hex string"),
-    "layer_ids": (
-        lambda v: isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v),
-        "a list of integers",
-    ),
-    "prompt_ids": (_is_str_list, "a list of strings"),
-    "categories": (_is_str_list, "a list of strings"),
-    "texts": (_is_str_list, "a list of strings"),
-    "pieces": (lambda v: isinstance(v, list) and all(_is_str_list(p) for p in v), "a list of lists of strings"),
-    "model_label": (lambda v: isinstance(v, str), "a string"),
-    "streams_label": (lambda v: isinstance(v, str), "a string"),
-    "meta": (lambda v: isinstance(v, dict), "an object"),
-}
-
-
-def _read_doc(jpath: Path) -> dict[str, Any]:
-    """``trace.json`` parsed and checked: UTF-8 JSON, an engram-viz trace of a version this code
-    reads, every field of the right type, and content equal to its recorded ``trace_sha256``."""
-    try:
-        doc = json.loads(jpath.read_bytes().decode("utf-8"))
-    except UnicodeDecodeError as err:
-        raise TraceError(
-            f"{jpath} is not UTF-8 text: byte {err.object[err.start]:#04x} at offset {err.start}"
-        ) from None
-    except (json.JSONDecodeError, RecursionError) as err:
-        raise TraceError(f"{jpath} is not valid JSON: {err}") from None
-    if not isinstance(doc, dict) or doc.get("format") != "engram-viz-trace":
-        got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
-        raise TraceError(f"{jpath} is not an engram-viz trace (format={got!r})")
-    version = doc.get("version")
-    if not isinstance(version, int) or isinstance(version, bool) or version != FORMAT_VERSION:
-        raise TraceError(
-            f"{jpath} has trace format version {version!r}; this engram-viz reads version {FORMAT_VERSION} "
-            "(traces saved by other versions carry no checksum of their labels): run the prompts again"
-        )
-    for name, (ok, expected) in _DOC_FIELDS.items():
-        if name not in doc:
-            raise TraceError(f"{jpath} lacks the field {name!r}")
-        if not ok(doc[name]):
-            raise TraceError(f"{jpath}: field {name!r} must be {expected}, got {type(doc[name]).__name__}")
-    if doc.get(_DOC_SHA256) != _doc_sha256(doc):
-        raise TraceError(
-            f"{jpath} was edited after it was saved (its content differs from its {_DOC_SHA256}): labels such as "
-            "model_label or meta.synthetic can no longer be trusted; run the prompts again"
-        )
-    return doc
 
 
 @dataclass
@@ -284,23 +219,20 @@ class Trace(TraceFrames):
     # --- save / load -----------------------------------------------------------------------------
 
     def save(self, path: str | Path) -> Path:
-        """Write ``path/tensors.safetensors`` and ``path/trace.json`` (atomic each); returns ``path``.
+        """Write ``path/tensors.safetensors`` and ``path/trace.json``; returns ``path``.
 
-        ``trace.json`` records the tensor file's sha256 and ``trace_sha256``, the sha256 of its own
-        content (:func:`_doc_sha256`), so an edit to either file fails ``load``."""
+        All or nothing (``_files.atomic_folder``, marker ``trace.json``): the labels are checked
+        first (:func:`~engram_viz.run.trace_doc.doc_text`: a value JSON cannot hold is a
+        :class:`TraceError` naming it), the folder is built beside ``path`` and swapped in whole, so
+        a failed save leaves an earlier trace there loadable and no half-written folder; a folder
+        of something else is refused. ``trace.json`` records the tensor file's sha256 and
+        ``trace_sha256``, the sha256 of its own content (:func:`doc_sha256`), so an edit to either
+        file fails ``load``."""
         path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        flat = {name: getattr(self, name) for name in _BASE_TENSORS}
-        flat.update({f"hook/{k}": v for k, v in self.tensors.items()})
-        flat.update({f"extra/{k}": v for k, v in self.extras.items()})
-        flat = {k: v.detach().cpu().contiguous().clone() for k, v in flat.items()}
-        tensors_path = path / _TENSORS_FILE
-        with atomic_path(tensors_path) as tmp:
-            save_file(flat, str(tmp), metadata={"format": "engram-viz-trace"})
         doc = {
             "format": "engram-viz-trace",
             "version": FORMAT_VERSION,
-            "tensors_sha256": file_sha256(tensors_path),
+            "tensors_sha256": "",  # filled in once the tensors are written
             "layer_ids": list(self.layer_ids),
             "prompt_ids": self.prompt_ids,
             "categories": self.categories,
@@ -310,9 +242,17 @@ class Trace(TraceFrames):
             "streams_label": self.streams_label,
             "meta": self.meta,
         }
-        doc[_DOC_SHA256] = _doc_sha256(doc)
-        text = json.dumps(doc, ensure_ascii=False, indent=1)
-        atomic_write_text(path / _JSON_FILE, text)
+        doc_text(doc)  # refuses before anything is written
+        flat = {name: getattr(self, name) for name in _BASE_TENSORS}
+        flat.update({f"hook/{k}": v for k, v in self.tensors.items()})
+        flat.update({f"extra/{k}": v for k, v in self.extras.items()})
+        flat = {k: v.detach().cpu().contiguous().clone() for k, v in flat.items()}
+        with atomic_folder(path, marker=_JSON_FILE) as build:
+            with atomic_path(build / _TENSORS_FILE) as tmp:
+                save_file(flat, str(tmp), metadata={"format": "engram-viz-trace"})
+            doc["tensors_sha256"] = file_sha256(build / _TENSORS_FILE)
+            doc[DOC_SHA256] = doc_sha256(doc)
+            atomic_write_text(build / _JSON_FILE, doc_text(doc))
         return path
 
     @classmethod
@@ -324,7 +264,7 @@ class Trace(TraceFrames):
         for p in (jpath, tpath):
             if not p.is_file():
                 raise TraceError(f"{path} is not a saved Trace: {p.name} is missing")
-        doc = _read_doc(jpath)
+        doc = read_doc(jpath)
         if file_sha256(tpath) != doc["tensors_sha256"]:
             raise TraceError(f"{tpath} does not match {jpath} (sha256 differs): the pair was not saved together")
         try:

@@ -20,14 +20,16 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from engram_viz._files import atomic_path
+from engram_viz._files import atomic_folder, atomic_path, atomic_write_bytes
 from engram_viz._progress import progress_bar
 from engram_viz.core.tokenizer import get_tokenizer
+from engram_viz.errors import InputError
 from engram_viz.tiny.data import TRAIN_SOURCES, Corpus, batch_offsets, build_corpus, heldout_windows, windows_at
 from engram_viz.tiny.files import load_tiny_model, save_tiny_model, write_json
 from engram_viz.tiny.model import TinyEngramLM, TinyLMConfig, count_parameters, engram_config, gates_forced
 
 PROBE_WINDOWS = 64  # held-out windows scored during training (the final score uses all HELDOUT_WINDOWS)
+MODEL_CARD = "MODEL_CARD.md"  # written by hand beside a run (data/tiny-engram): a rerun keeps it
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,27 @@ class TrainSettings:
     threads: int = 1  # see MODEL_CARD.md: on a shared 2-core machine 2 threads ran ~4x slower than 1
     engram_vocab_size: int = 10000  # table size: each of the 24 columns gets a prime just above this
     vocab_rows: int = 8192  # rows of the LM's own token embedding (unknown row 0 + the commonest ids)
+
+    def __post_init__(self) -> None:
+        """Every field in its range, or an :class:`InputError` naming it (``steps`` is ``--steps``)."""
+        for name in ("steps", "batch", "seq_len", "eval_every", "threads", "engram_vocab_size", "vocab_rows"):
+            _check_int(f"train-tiny {name}" + (" (--steps)" if name == "steps" else ""), getattr(self, name), 1)
+        _check_int("train-tiny warmup", self.warmup, 0)
+        for name in ("lr", "table_lr", "weight_decay"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise InputError(f"train-tiny {name} must be a finite number >= 0, got {value!r}")
+
+
+SEED_MAX = 2**64 - 1  # torch.manual_seed takes an unsigned 64-bit seed
+
+
+def _check_int(what: str, value: object, lo: int, hi: int | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise InputError(f"{what} must be an integer, got {value!r}")
+    if value < lo or (hi is not None and value > hi):
+        bound = f"from {lo} to {hi}" if hi is not None else f">= {lo}"
+        raise InputError(f"{what} must be an integer {bound}, got {value}")
 
 
 def lr_at(step: int, s: TrainSettings) -> float:
@@ -157,8 +180,26 @@ def train_tiny(
 ) -> dict:
     """Train, export (fp8 Engram tensors) and evaluate; writes the model folder, ``metrics.json`` and
     ``loss_curve.png`` into ``out`` and returns the metrics. ``corpus`` (default: ``build_corpus``
-    with the settings' vocabulary) lets experiments tokenise once."""
-    out = Path(out)
+    with the settings' vocabulary) lets experiments tokenise once.
+
+    ``out`` is all or nothing, like ``report`` and ``corpus`` (``_files.atomic_folder``, marker
+    ``metrics.json``): checked and locked before training starts (a non-empty folder of something
+    else is refused), built beside ``out`` and swapped in whole when complete, so a failed or
+    interrupted run leaves the earlier run (or nothing); the earlier run's ``MODEL_CARD.md``, written
+    by hand, is kept. ``seed``: an integer from 0 to 2**64 - 1 (``--seed``)."""
+    _check_int("train-tiny seed (--seed)", seed, 0, SEED_MAX)
+    seed = int(seed)
+    with atomic_folder(out, marker="metrics.json") as build:
+        card = Path(out) / MODEL_CARD
+        if card.is_file():
+            atomic_write_bytes(build / MODEL_CARD, card.read_bytes())
+        return _train_into(build, seed, use_engram, settings, progress, corpus)
+
+
+def _train_into(
+    out: Path, seed: int, use_engram: bool, settings: TrainSettings, progress: bool, corpus: Corpus | None
+) -> dict:
+    """The whole run, written into ``out`` (the folder being built)."""
     torch.set_num_threads(settings.threads)
     torch.manual_seed(seed)
     t_start = time.perf_counter()

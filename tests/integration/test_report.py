@@ -182,3 +182,32 @@ def test_report_on_small_prompt_sets_says_what_is_missing(name, tmp_path, capsys
     notes = re.findall(r'<p class="missing"><em>(.*?)</em>', page, re.DOTALL)
     assert any(said in n.lower() for n in notes), notes
     assert any("one prompt category only" in n.lower() for n in notes), notes
+
+
+def test_prompt_ids_with_separators_write_nothing_outside_out(tmp_path, capsys):
+    """Figures named from prompt ids (``gates_<id>``, ``exposure_<id>``) go through safe_name: a
+    ``..`` or ``/`` in an id writes nothing outside --out, and ids equal after sanitising stay apart."""
+    ids = ["../../../../escaped", "a/b", "a_b", "..", "/abs"]  # the first lands beside --out today
+    cats = ["c1", "c2", "c3", "c4", "c5"]  # each the first of its category: all drawn as heatmaps
+    prompts = tmp_path / "work" / "p.jsonl"
+    prompts.parent.mkdir()
+    prompts.write_text(
+        "\n".join(json.dumps({"id": i, "category": c, "text": f"The Great Wall {c}."}) for i, c in zip(ids, cats)),
+        encoding="utf-8",
+    )
+    out = tmp_path / "work" / "deep" / "r"
+    before = {p for p in tmp_path.rglob("*")}
+    assert main(["report", "--prompts", str(prompts), "--out", str(out), "--device", "cpu", "--quiet"]) == 0
+    capsys.readouterr()
+    outside = {p for p in tmp_path.rglob("*") if out not in p.parents and p != out} - before
+    assert outside == {out.parent}, sorted(map(str, outside))  # only the parent --out was made in
+    figures = out / "figures"
+    assert all(p.parent == figures for p in figures.rglob("*"))
+    manifest = json.loads((out / "manifest.json").read_text())
+    heatmaps = [k for k in manifest["figures"] if k.startswith("gates_")]
+    assert len(heatmaps) == len(ids) and len({k.casefold() for k in heatmaps}) == len(ids)
+    assert "gates_a_b" in heatmaps
+    for files in manifest["figures"].values():
+        for f in files:
+            assert (out / f).resolve().parent == figures.resolve()
+    assert Trace.load(out / "trace").prompt_ids == ids

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from engram_viz.errors import EngramVizError
 from engram_viz.run.pipeline import Pipeline
-from engram_viz.run.trace import Trace, TraceError, _doc_sha256
+from engram_viz.run.trace import Trace, TraceError
+from engram_viz.run.trace_doc import doc_sha256 as _doc_sha256
 from engram_viz.weights.synthetic import synthetic_checkpoint
 
 PROMPTS = [
@@ -192,3 +193,62 @@ def test_random_field_values_give_only_trace_errors(saved, data):
     doc["trace_sha256"] = _doc_sha256(doc)
     back = _load_or_error(src, json.dumps(doc).encode())
     assert back is None or isinstance(back, Trace)  # a well-typed value (a new label, say) loads
+
+
+def _with(trace: Trace, **changes) -> Trace:
+    out = trace.select(trace.prompt_ids)
+    for name, value in changes.items():
+        setattr(out, name, value)
+    return out
+
+
+BAD_LABELS = {
+    "meta_set": lambda t: _with(t, meta={**t.meta, "seen": {1, 2}}),
+    "meta_object": lambda t: _with(t, meta={**t.meta, "cfg": object()}),
+    "meta_int_key": lambda t: _with(t, meta={**t.meta, "by_layer": {1: "a"}}),
+    "meta_nan": lambda t: _with(t, meta={**t.meta, "loss": float("nan")}),
+    "text_lone_surrogate": lambda t: _with(t, texts=["bad \ud800 text", *t.texts[1:]]),
+    "meta_key_lone_surrogate": lambda t: _with(t, meta={**t.meta, "k\udfff": 1}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_LABELS))
+def test_a_failed_save_keeps_the_earlier_trace_and_leaves_no_folder(saved, tmp_path, name):
+    """A label JSON cannot hold is refused before anything is written: the earlier trace in the
+    folder still loads, equal, and nothing is left beside it; into a new folder, no folder at all."""
+    trace, src = saved
+    path = _copy(src, tmp_path)
+    bad = BAD_LABELS[name](trace)
+    with pytest.raises(TraceError, match=r"cannot save the Trace: (meta|texts)\["):
+        bad.save(path)
+    assert Trace.load(path).equals(trace)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t"]
+    with pytest.raises(TraceError):
+        bad.save(tmp_path / "new" / "t")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t"]
+
+
+def test_a_save_interrupted_while_writing_keeps_the_earlier_trace(saved, tmp_path, monkeypatch):
+    """A failure after the labels passed (the tensor file cannot be written) is all or nothing too."""
+    trace, src = saved
+    path = _copy(src, tmp_path)
+
+    def boom(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("engram_viz.run.trace.save_file", boom)
+    with pytest.raises(OSError, match="No space left"):
+        _with(trace, model_label="another run").save(path)
+    assert Trace.load(path).equals(trace)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t"]
+
+
+def test_save_refuses_a_folder_of_something_else(saved, tmp_path):
+    trace, _ = saved
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    with pytest.raises(EngramVizError, match="holds files of something else"):
+        trace.save(tmp_path / "mine")
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
+    assert Trace.load(trace.save(tmp_path / "mine2")).equals(trace)  # and a resave replaces a trace whole
+    assert Trace.load(trace.save(tmp_path / "mine2")).equals(trace)
