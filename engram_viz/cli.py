@@ -20,7 +20,8 @@ from engram_viz.apps.app import serve
 from engram_viz.apps.corpus_job import run_corpus
 from engram_viz.apps.report_job import summary_text, write_report
 from engram_viz.config import EngramConfig, load_config
-from engram_viz.core.engram import param_counts, resolve_device
+from engram_viz.core.devices import resolve_device
+from engram_viz.core.engram import param_counts
 from engram_viz.core.hashing import hash_prompt
 from engram_viz.core.layout import EngramLayout
 from engram_viz.core.tokenizer import get_tokenizer
@@ -101,7 +102,7 @@ def byte_size(text: str) -> int:
 
 def _device(value: str) -> str | None:
     """An argparse type: auto (None: the Pipeline picks CUDA when available) or a device this
-    machine has (:func:`engram_viz.core.engram.resolve_device`)."""
+    machine has (:func:`engram_viz.core.devices.resolve_device`)."""
     try:
         device = resolve_device(value)
     except EngramVizError as err:

@@ -55,7 +55,7 @@ from engram_viz.analysis.row_stats.trace_ngrams import collision_exposure, popul
 from engram_viz.analysis.row_stats.usage import RowUsage
 from engram_viz.apps.report_sections import FigureSpec, report_sections, trace_gate_memory
 from engram_viz.config import EngramConfig
-from engram_viz.core.engram import resolve_device
+from engram_viz.core.devices import resolve_device
 from engram_viz.errors import ReportError
 from engram_viz.run.pipeline import Pipeline
 from engram_viz.run.prompts import load_prompts, prompt_set_for, prompt_set_path

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from engram_viz.config import IMAGE_END, TEXT, EngramConfig, load_config
-from engram_viz.core.engram import resolve_device
+from engram_viz.core.devices import resolve_device
 from engram_viz.core.layout import EngramLayout
 from engram_viz.errors import TokenInputError, TokenInputTypeError
 

@@ -25,7 +25,7 @@ from typing import Any, cast
 
 import torch
 
-from engram_viz.core.engram import resolve_device
+from engram_viz.core.devices import resolve_device
 from engram_viz.core.hooks import HOOK_SITES, HookFn, hook_points, parse_hook_name
 from engram_viz.errors import InputError, InputTypeError
 

@@ -43,7 +43,8 @@ import torch
 
 from engram_viz._progress import progress_bar
 from engram_viz.config import TEXT, EngramConfig
-from engram_viz.core.engram import Engram, resolve_device
+from engram_viz.core.devices import resolve_device
+from engram_viz.core.engram import Engram
 from engram_viz.core.hashing import TokenInputError, check_id_values, check_token_types, hash_prompt, id_sequence
 from engram_viz.core.tokenizer import get_tokenizer
 from engram_viz.errors import CheckpointError, InputError, PromptTypeError

@@ -21,7 +21,8 @@ from safetensors.torch import save_file
 from engram_viz._files import atomic_path, atomic_write_text
 from engram_viz.config import ConfigError, EngramConfig, match_preset
 from engram_viz.core import fp8
-from engram_viz.core.engram import Engram, resolve_device
+from engram_viz.core.devices import resolve_device
+from engram_viz.core.engram import Engram
 from engram_viz.core.tokenizer import get_tokenizer
 from engram_viz.errors import CheckpointError, InputTypeError
 from engram_viz.tiny.model import TinyEngramLM, TinyLMConfig, TrainableTable

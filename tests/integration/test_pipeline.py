@@ -7,7 +7,7 @@ import torch
 
 from engram_viz.analysis.row_stats.trace_ngrams import collision_exposure
 from engram_viz.config import TEXT
-from engram_viz.core.engram import default_device
+from engram_viz.core.devices import default_device
 from engram_viz.core.layout import EngramLayout
 from engram_viz.core.tokenizer import get_tokenizer
 from engram_viz.run.capture import HookRegistry, force_gate

@@ -1,4 +1,4 @@
-"""The one device check (``core.engram.resolve_device``): auto, cpu, cuda, cuda:N and mps are
+"""The one device check (``core.devices.resolve_device``): auto, cpu, cuda, cuda:N and mps are
 accepted only where this torch can use them; anything else is one ``DeviceError`` naming what is
 available, from the Python API that takes a device (Pipeline, Engram, the tiny model, the hasher,
 a capture) and from every command's ``--device``."""
@@ -10,7 +10,7 @@ import torch
 
 from engram_viz.apps.report_job import write_report
 from engram_viz.cli import main
-from engram_viz.core.engram import available_devices, resolve_device
+from engram_viz.core.devices import available_devices, resolve_device
 from engram_viz.core.hashing import NgramHasher
 from engram_viz.errors import DeviceError
 from engram_viz.run.pipeline import Pipeline
