@@ -72,6 +72,17 @@ def dequant_blocks(weight: torch.Tensor, scale: torch.Tensor) -> np.ndarray:
     return w * np.kron(s, np.ones((32, 32)))[:n, :k]
 
 
+def gemm_orders_apart(rows: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """How far two float32 summation orders of ``rows @ w.T`` can land apart, per output element.
+
+    The products of bf16 operands are exact in float32, so each order is within
+    ``(K - 1) * 2**-24 * sum_k |rows_k * w_nk|`` of the exact sum (the classic gamma_K bound); two
+    orders are within twice that. Where the sum cancels to near 0 this exceeds a bf16 ulp of the
+    result, which is why a relative bound alone fails there. rows ``[..., K]``, w ``[N, K]``."""
+    k = rows.shape[-1]
+    return 2 * (k - 1) * 2.0**-24 * (np.abs(rows) @ np.abs(w).T)
+
+
 def bf16_round(v: np.ndarray) -> np.ndarray:
     """Round float64 to bf16 (nearest, ties to even) by bit manipulation on the float32 image.
 

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from _reference_math import dequant_blocks, dequant_rows, engram_gate_math, engram_reference
+from _reference_math import dequant_blocks, dequant_rows, engram_gate_math, engram_reference, gemm_orders_apart
 from torch import nn
 
 from engram_viz.cli import main as cli_main
@@ -353,7 +353,7 @@ def test_params_cli(capsys):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("mode", ["fp8", "bf16"])
 def test_cpu_and_cuda_agree_within_the_stated_tolerance(weights, inputs, mode):
-    """Keys/values within one bf16 ulp; each device's dot and gate follow the formula on its own
+    """Keys/values within their bf16 rounding plus the float32 summation-order bound; each device's dot and gate follow the formula on its own
     key/value; where the keys are bit-equal the gates agree to float32 rounding; all gates within
     the stated CPU_CUDA_GATE_ATOL (its p99 / dot figures are stated for v41-flash size and checked
     there by benchmarks/gpu_check.py: a one-ulp key flip moves dot ~9x more at this tiny dim)."""
@@ -367,9 +367,14 @@ def test_cpu_and_cuda_agree_within_the_stated_tolerance(weights, inputs, mode):
     assert all(d.type == "cpu" for d in weights.table.devices)  # gathered on the host
     assert out_g.device.type == "cuda" and seen_g["gate"].device.type == "cuda"
     seen_g = {k: v.cpu() for k, v in seen_g.items()}
-    for site in ("key", "value"):
-        a, b = seen_c[site], seen_g[site]
-        assert torch.all((a - b).abs() <= 2.0**-7 * a.abs() + 1e-6), site  # within one bf16 ulp
+    # each kv element: within its bf16 rounding on either side (half an ulp each) plus how far two
+    # float32 summation orders can land apart, which dominates where the sum cancels to near 0
+    kv_c = torch.cat([seen_c["key"].flatten(-2), seen_c["value"]], -1).double()
+    kv_g = torch.cat([seen_g["key"].flatten(-2), seen_g["value"]], -1).double()
+    apart = gemm_orders_apart(f64(seen_c["rows"].flatten(-2)), dequant_blocks(weights.wkv_weight, weights.wkv_scale))
+    bound = 2.0**-8 * (kv_c.abs() + kv_g.abs()) + torch.from_numpy(apart)
+    assert torch.all((kv_c - kv_g).abs() <= bound)
+    assert (kv_c == kv_g).double().mean() > 0.99  # the orders differ in a few elements, not all
     q64, k64 = f64(weights.q_weight), f64(weights.k_weight)
     own = engram_gate_math(f64(x), f64(seen_g["key"]), f64(seen_g["value"]), q64, k64, config.norm_eps, mask.numpy())
     np.testing.assert_allclose(f64(seen_g["dot"]), own["dot"], rtol=1e-5, atol=1e-5)
