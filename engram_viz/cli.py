@@ -1,49 +1,38 @@
-"""``engram-viz`` command line: one sub-command per job, each a thin layer over the library."""
+"""``engram-viz`` command line: the parser here, each sub-command's work in the module it names.
+
+The parser answers ``--help`` at once: this module imports the standard library and
+``engram_viz.errors`` only. Each sub-command is one row of :data:`COMMANDS` (its group, one-line
+summary, options and ``"module:function"`` target); :func:`main` imports the target's module with
+``importlib`` only when that sub-command runs, so ``engram-viz corpus`` never loads torch or
+matplotlib and ``engram-viz --help`` loads neither. This is the package's one exception to "imports
+between own modules at module top" (``tests/unit/test_architecture.py`` allows it here and in the
+front door ``engram_viz/__init__.py`` only); the targets themselves import at module top.
+
+Adding a sub-command: a ``_add_NAME(p)`` function for its options (each with a ``help``) and a
+``Command`` row naming the function (in ``commands/`` or the layer's job module) that runs it.
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
+import importlib
 import os
 import re
 import sys
 from collections.abc import Callable
-from typing import NoReturn
+from dataclasses import dataclass
+from typing import Any, NoReturn
 
-import numpy as np
-import torch
-
-from engram_viz.analysis.corpus.documents import DocumentSpec
-from engram_viz.analysis.corpus.spill import parse_memory_limit
-from engram_viz.analysis.explain.explanation import explain
-from engram_viz.apps.app import serve
-from engram_viz.apps.corpus_job import run_corpus
-from engram_viz.apps.report_job import summary_text, write_report
-from engram_viz.config import EngramConfig, load_config
-from engram_viz.core.devices import resolve_device
-from engram_viz.core.engram import param_counts
-from engram_viz.core.hashing import hash_prompt
-from engram_viz.core.layout import EngramLayout
-from engram_viz.core.tokenizer import get_tokenizer
-from engram_viz.errors import EngramVizError, MemoryLimitError
-from engram_viz.run.pipeline import Pipeline
-from engram_viz.tiny.train import TrainSettings, train_tiny
-from engram_viz.weights.inspect import format_inspect, inspect_checkpoint
-from engram_viz.weights.resolve import weights_config
+from engram_viz.errors import EngramVizError
 
 WEIGHTS_RULE = "$ENGRAM_VIZ_CHECKPOINT when set, else the embedded default data/tiny-engram"
+JSON_HELP = "print one JSON object instead of text"
 
 
-def _config_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--config",
-        default=None,
-        help=f"preset (v41-flash, tiny) or path to a config.json (default: the config of the weights: {WEIGHTS_RULE})",
-    )
-
-
-def _checkpoint_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--checkpoint", default=None, help=f"checkpoint folder (default: {WEIGHTS_RULE})")
+def _library(module: str, name: str) -> Any:
+    """``name`` from one of the package's modules, imported now (an option's type that needs the
+    library: it runs only when that option is given)."""
+    return getattr(importlib.import_module(module), name)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -93,8 +82,8 @@ PORT = int_range(0, 65535)  # 0: any free port
 def byte_size(text: str) -> int:
     """An argparse type: a memory size, bytes or a number with a unit (2GB, 512MiB), 1 byte to 1EiB."""
     try:
-        size = parse_memory_limit(text)
-    except MemoryLimitError as err:
+        size = _library("engram_viz.analysis.corpus.spill", "parse_memory_limit")(text)
+    except EngramVizError as err:  # a MemoryLimitError
         raise argparse.ArgumentTypeError(str(err)) from None
     assert size is not None  # a string is never None
     return size
@@ -102,12 +91,45 @@ def byte_size(text: str) -> int:
 
 def _device(value: str) -> str | None:
     """An argparse type: auto (None: the Pipeline picks CUDA when available) or a device this
-    machine has (:func:`engram_viz.core.devices.resolve_device`)."""
+    machine has (:func:`engram_viz.core.devices.resolve_device`, which needs torch)."""
+    if value.strip().lower() == "auto":
+        return None
     try:
-        device = resolve_device(value)
+        return str(_library("engram_viz.core.devices", "resolve_device")(value))
     except EngramVizError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
-    return None if value.strip().lower() == "auto" else str(device)
+
+
+class _Version(argparse.Action):
+    """``--version``: the installed distribution's version, looked up only when asked."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        from importlib import metadata  # stdlib, and only for this flag
+
+        try:
+            version = metadata.version("engram-viz")
+        except metadata.PackageNotFoundError:
+            version = "unknown (the package is not installed; run from a source tree)"
+        print(f"engram-viz {version}")
+        parser.exit(0)
+
+
+# ---- options shared by several sub-commands
+
+
+def _config_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--config",
+        default=None,
+        help=f"preset (v41-flash, tiny) or path to a config.json (default: the config of the weights: {WEIGHTS_RULE})",
+    )
+
+
+def _checkpoint_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--checkpoint", default=None, help=f"checkpoint folder (default: {WEIGHTS_RULE})")
 
 
 def _device_arg(p: argparse.ArgumentParser) -> None:
@@ -119,186 +141,50 @@ def _device_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _config(args: argparse.Namespace) -> EngramConfig:
-    """``--config`` loaded, or the config of the weights the one rule picks when it is not given."""
-    return load_config(args.config) if args.config is not None else weights_config()
-
-
-def cmd_layout(args: argparse.Namespace) -> None:
-    layout = EngramLayout(_config(args))
-    summary = layout.summary()
-    if args.json:
-        print(json.dumps(summary))
-        return
-    print(f"config {summary['config']}: compressed vocab {summary['compressed_vocab_size']:,}")
-    for li, layer in enumerate(summary["layer_ids"]):
-        print(f"\nEngram layer {layer}: {summary['rows_per_layer'][li]:,} rows")
-        print("  multipliers " + ", ".join(str(m) for m in summary["multipliers"][li]))
-        for oi, order in enumerate(layout.config.ngram_orders):
-            cols = range(oi * layout.n_heads, (oi + 1) * layout.n_heads)
-            primes = summary["primes"][li][oi]
-            offsets = [summary["offsets"][li][c] for c in cols]
-            print(f"  {order}-gram primes  " + " ".join(f"{p:>10}" for p in primes))
-            print(f"  {order}-gram offsets " + " ".join(f"{o:>10}" for o in offsets))
-
-
-def cmd_hash(args: argparse.Namespace) -> None:
-    config = _config(args)
-    tok = get_tokenizer(config, args.tokenizer)
-    raw = tok.encode(args.text, bos=args.bos)
-    if not raw:
-        raise SystemExit("engram-viz hash: TEXT produced no tokens; give a non-empty text")
-    rows = hash_prompt(config, tok.token_map, torch.tensor([raw]))[0]
-    out = {"raw_ids": raw, "compressed_ids": tok.compress(raw).tolist(), "row_ids": rows.tolist()}
-    if args.json:
-        print(json.dumps(out))
-        return
-    pieces = tok.pieces(raw)
-    print(
-        f"config {config.name}: {len(raw)} tokens, row ids [T={len(raw)}, layers={config.n_engram_layers}, {config.n_hash_cols}]"
-    )
-    for t, (r, c, piece) in enumerate(zip(raw, out["compressed_ids"], pieces)):
-        print(f"{t:>4} {piece!r:>16} raw {r:>6} compressed {c:>6}")
-        for li, layer in enumerate(config.engram_layer_ids):
-            print(f"       L{layer}: " + " ".join(str(x) for x in np.asarray(out["row_ids"][t][li])))
-
-
-def cmd_params(args: argparse.Namespace) -> None:
-    config = _config(args)
-    counts = param_counts(config)
-    if args.json:
-        print(json.dumps({"config": config.name, "layers": {str(k): v for k, v in counts.items()}}))
-        return
-    labels = {"table": "Engram table", "wkv": "key and value projection (wkv)", "gate_weights": "gate weights (q, k)"}
-    print(f"config {config.name}: parameters per Engram instance, from the tensor shapes (fp8 scales not counted)")
-    for layer, c in counts.items():
-        print(f"\nEngram layer {layer}")
-        for key, label in labels.items():
-            print(f"  {label:<32} {c[key]:>18,}")
-        print(f"  {'per-instance total':<32} {c['total']:>18,}")
-        print(f"  {'(fp8 scales, not counted)':<32} {c['scales_not_counted']:>18,}")
-
-
-def cmd_corpus(args: argparse.Namespace) -> None:
-    config = _config(args)
-    result = run_corpus(
-        args.files or None,
-        args.out,
-        config=config,
-        tokenizer=get_tokenizer(config, args.tokenizer),
-        max_tokens=args.max_tokens,
-        spec=DocumentSpec(text_field=args.text_field, doc_mode=args.doc_mode, bos=not args.no_bos),
-        top=args.top,
-        save_counts=args.save_counts,
-        progress=not args.no_progress,
-        workers=args.workers,
-        scheduler=args.scheduler,
-        memory_limit=args.memory_limit,
-    )
-    s = result.summary
-    print(
-        f"config {s['config']}: {s['tokens']:,} tokens in {s['documents']:,} documents "
-        f"({s['tokens_per_s']:,} tokens/s counting, {s['analysis_s']:.1f} s analysis, peak {s['peak_rss_mb']:,.0f} MiB)"
-    )
-    print("distinct n-grams: " + ", ".join(f"{n}-grams {k:,}" for n, k in s["distinct_ngrams"].items()))
-    print(f"wrote {len(s['tables'])} tables (parquet + csv) and summary.json to {result.out_dir}")
-
-
-def cmd_inspect(args: argparse.Namespace) -> None:
-    report = inspect_checkpoint(args.checkpoint, args.config, verify=args.verify, progress=not args.json)
-    print(json.dumps(report) if args.json else format_inspect(report))
-    if report["valid"] is False:
-        raise SystemExit(1)
-
-
-def cmd_report(args: argparse.Namespace) -> None:
-    def log(msg: str) -> None:
-        print(f"engram-viz report: {msg}", file=sys.stderr, flush=True)
-
-    report = write_report(
-        args.out,
-        checkpoint=args.checkpoint,
-        prompts=args.prompts,
-        device=args.device,
-        mode=args.mode,
-        theme=args.theme,
-        streams=args.streams,
-        log=None if args.quiet else log,
-    )
-    print(summary_text(report), end="")
-
-
-def cmd_train_tiny(args: argparse.Namespace) -> None:
-    settings = TrainSettings() if args.steps is None else TrainSettings(steps=args.steps)
-    m = train_tiny(args.out, seed=args.seed, use_engram=not args.no_engram, settings=settings, progress=not args.quiet)
-    shut = m["heldout_fp8_gates_shut"]
-    print(
-        f"trained in {m['train_wall_s']:.0f} s ({m['total_wall_s']:.0f} s in all); held-out loss (nats/token): "
-        f"float {m['heldout_float']:.4f}, exported fp8 {m['heldout_fp8']:.4f}"
-        + (f", fp8 with gates forced to 0 {shut:.4f}" if shut is not None else "")
-        + f"; wrote {args.out}"
-    )
-
-
-def cmd_app(args: argparse.Namespace) -> None:
-    serve(args.checkpoint, port=args.port, host=args.host)
-
-
-def cmd_explain(args: argparse.Namespace) -> None:
-    """The 24 rows of one position per layer: owner, decoded n-gram, shares and left-out gates."""
-    pipe = Pipeline(args.checkpoint, device=args.device, mode=args.mode)
-    layers = None if args.layer is None else [args.layer]
-    ex = explain(pipe, args.text, positions=[args.position], layers=layers)
-    summary = ex.position_summary(args.position)
-    table = ex.position_table(args.position, args.layer)
-    if args.json:
-        print(json.dumps({**summary, "rows": table.to_dict(orient="records")}))
-        return
-    print(f"position {summary['position']} {summary['token']!r} of {args.text!r}; weights: {summary['model']}")
-    for layer, s in summary["layers"].items():
-        print(f"layer {layer}: gate per stream " + " ".join(f"{g:.3f}" for g in s["gate"]))
-        for order, phi in s["shapley"].items():
-            print(f"  {order}-gram Shapley " + " ".join(f"{v:+.3f}" for v in phi))
-    print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-
-
-def _add_explain_command(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("explain", help="why a gate opened: the 24 rows of one position with shares and left-out gates")
-    p.add_argument("text", help="the prompt")
-    p.add_argument("--position", type=TOKEN_INDEX, required=True, help="token index (0 is BOS; negative from the end)")
-    p.add_argument("--layer", type=LAYER, default=None, help="one Engram layer (default: all)")
-    _checkpoint_arg(p)
-    _device_arg(p)
+def _mode_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", default="fp8", choices=["fp8", "bf16"], help="wkv mode (default: fp8, the reference)")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_explain)
 
 
-def _add_foundation_commands(sub: argparse._SubParsersAction) -> None:
-    """layout, hash, params, inspect: the layout, the hash and the weights, no model run."""
-    p = sub.add_parser("layout", help="multipliers, primes, offsets and rows per layer")
-    _config_arg(p)
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_layout)
-
-    p = sub.add_parser("hash", help="tokenize TEXT and print raw, compressed and row ids")
-    p.add_argument("text")
-    _config_arg(p)
+def _tokenizer_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--tokenizer", default=None, help="tokenizer.json or checkpoint folder (default: bundled V4 tokenizer)"
     )
-    p.add_argument("--bos", action="store_true", help="prepend the BOS token")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_hash)
 
-    p = sub.add_parser("params", help="parameter counts per Engram component, from the shapes")
+
+def _json_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
+
+
+def _quiet_arg(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--quiet", action="store_true", help=f"no {what}")
+
+
+def _theme_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--theme", default="light", choices=["light", "dark"], help="colours of figures (default: light)")
+
+
+# ---- inspect: the layout, the hash and the weights, no model run
+
+
+def _add_layout(p: argparse.ArgumentParser) -> None:
     _config_arg(p)
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_params)
+    _json_arg(p)
 
-    p = sub.add_parser(
-        "inspect", help="Engram tensors of a checkpoint folder: dtypes, shapes, shards, sizes, config check"
-    )
+
+def _add_hash(p: argparse.ArgumentParser) -> None:
+    p.add_argument("text", help="the text to tokenize and hash")
+    _config_arg(p)
+    _tokenizer_arg(p)
+    p.add_argument("--bos", action="store_true", help="prepend the BOS token")
+    _json_arg(p)
+
+
+def _add_params(p: argparse.ArgumentParser) -> None:
+    _config_arg(p)
+    _json_arg(p)
+
+
+def _add_inspect(p: argparse.ArgumentParser) -> None:
     p.add_argument("checkpoint", help="checkpoint folder (model.safetensors.index.json + shards, or model{i}-mp{n})")
     p.add_argument(
         "--config", default=None, help="preset or config.json to check against (default: the folder's config.json)"
@@ -306,13 +192,13 @@ def _add_foundation_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--verify", action="store_true", help="also scan every Engram tensor whole for NaN/Inf (reads every byte)"
     )
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_inspect)
+    _json_arg(p)
 
 
-def _add_corpus_command(sub: argparse._SubParsersAction) -> None:
-    """corpus: row usage and collisions over text files."""
-    p = sub.add_parser("corpus", help="row usage and hash collisions over text/JSONL files -> tidy tables")
+# ---- corpus: statistics over text files
+
+
+def _add_corpus(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "files",
         nargs="*",
@@ -331,12 +217,12 @@ def _add_corpus_command(sub: argparse._SubParsersAction) -> None:
         help="what a document (a sequence) is in plain text files (default: paragraph)",
     )
     p.add_argument("--no-bos", action="store_true", help="do not start each document with BOS")
-    p.add_argument(
-        "--tokenizer", default=None, help="tokenizer.json or checkpoint folder (default: bundled V4 tokenizer)"
-    )
+    _tokenizer_arg(p)
     p.add_argument("--top", type=TOP, default=20, help="hot rows per layer (default: 20)")
     p.add_argument("--save-counts", action="store_true", help="also write ngram_counts.npz (for merging shards)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _quiet_arg(p, "progress bar")
+    # the flag's old spelling, kept hidden so existing scripts keep working
+    p.add_argument("--no-progress", dest="quiet", action="store_true", help=argparse.SUPPRESS)
     p.add_argument(
         "--workers",
         type=WORKERS,
@@ -352,12 +238,12 @@ def _add_corpus_command(sub: argparse._SubParsersAction) -> None:
         help="budget for the distinct n-gram store per process (bytes or e.g. 2GB); past it sorted runs "
         "spill to disk and are merged back (same tables)",
     )
-    p.set_defaults(func=cmd_corpus)
 
 
-def _add_job_commands(sub: argparse._SubParsersAction) -> None:
-    """report, train-tiny, app: the jobs that run a model."""
-    p = sub.add_parser("report", help="the main job: run a prompt set -> tidy tables, figures, one offline HTML report")
+# ---- run: a model over prompts
+
+
+def _add_report(p: argparse.ArgumentParser) -> None:
     _checkpoint_arg(p)
     p.add_argument("--prompts", default=None, help="prompt JSONL file (default: data/prompts/default.jsonl)")
     p.add_argument("--out", default="out/report", help="output folder (default: out/report)")
@@ -368,35 +254,182 @@ def _add_job_commands(sub: argparse._SubParsersAction) -> None:
         "or a captured-streams .safetensors file (default: auto)",
     )
     _device_arg(p)
-    p.add_argument("--mode", default="fp8", choices=["fp8", "bf16"], help="wkv mode (default: fp8, the reference)")
-    p.add_argument("--theme", default="light", choices=["light", "dark"])
-    p.add_argument("--quiet", action="store_true", help="no progress messages")
-    p.set_defaults(func=cmd_report)
+    _mode_arg(p)
+    _theme_arg(p)
+    _quiet_arg(p, "progress messages")
 
-    p = sub.add_parser("train-tiny", help="train the tiny Engram LM on the CPU (deterministic) and export it")
+
+def _add_explain(p: argparse.ArgumentParser) -> None:
+    p.add_argument("text", help="the prompt")
+    p.add_argument("--position", type=TOKEN_INDEX, required=True, help="token index (0 is BOS; negative from the end)")
+    p.add_argument("--layer", type=LAYER, default=None, help="one Engram layer (default: all)")
+    _checkpoint_arg(p)
+    _device_arg(p)
+    _mode_arg(p)
+    _json_arg(p)
+
+
+def _add_compare(p: argparse.ArgumentParser) -> None:
+    p.add_argument("a", metavar="A", help="the first prompt (the reference)")
+    p.add_argument("b", metavar="B", help="the second prompt, compared per aligned token against A")
+    p.add_argument("--layer", type=LAYER, default=None, help="Engram layer to compare (default: the first)")
+    p.add_argument(
+        "--out",
+        default=None,
+        metavar="FILE",
+        help="also write the comparison: .html (token text coloured by gate B - gate A), or .pdf, .svg, "
+        ".png (a heatmap of every stream); written whole or not at all",
+    )
+    _checkpoint_arg(p)
+    _device_arg(p)
+    _mode_arg(p)
+    _theme_arg(p)
+    _json_arg(p)
+
+
+def _add_train_tiny(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="output folder (weights, config, metrics.json, loss_curve.png)")
     p.add_argument("--seed", type=SEED, default=0, help="random seed, 0 to 2**32 - 1 (default: 0)")
     p.add_argument("--no-engram", action="store_true", help="the same architecture without its Engram layers")
     p.add_argument("--steps", type=STEPS, default=None, help="training steps (default: the committed recipe)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=cmd_train_tiny)
+    _quiet_arg(p, "progress bar")
 
-    p = sub.add_parser("app", help="serve the prompt-comparison app as a web page (Voila) and print its URL")
+
+# ---- apps: pages to explore in a browser
+
+
+def _add_app(p: argparse.ArgumentParser) -> None:
     _checkpoint_arg(p)
     p.add_argument("--port", type=PORT, default=8866, help="TCP port (default 8866; 0: any free port)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    p.set_defaults(func=cmd_app)
+
+
+@dataclass(frozen=True)
+class Command:
+    """One sub-command: its group, a one-line summary, its options and what runs it
+    (``"module:function"``, called with the parsed arguments; imported only then)."""
+
+    group: str
+    summary: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    target: str
+    example: str = ""
+
+
+GROUPS = {
+    "run": "run a model on prompts",
+    "inspect": "the layout, the hash and the weights (no model run)",
+    "corpus": "row usage and collisions over text files",
+    "apps": "pages to explore in a browser",
+}
+_INSPECT = "engram_viz.commands.inspect_commands"
+_RUN = "engram_viz.commands.run_commands"
+COMMANDS: dict[str, Command] = {
+    "report": Command(
+        "run",
+        "the main job: run a prompt set -> tidy tables, figures, one offline HTML report",
+        _add_report,
+        f"{_RUN}:report",
+        "engram-viz report --out out/report",
+    ),
+    "compare": Command(
+        "run",
+        "two prompts side by side: where gate B - gate A moves, per aligned token",
+        _add_compare,
+        f"{_RUN}:compare",
+        'engram-viz compare "The Great Wall of China" "The Great Wall of Chile" --out diff.pdf',
+    ),
+    "explain": Command(
+        "run",
+        "why a gate opened: the 24 rows of one position with shares and left-out gates",
+        _add_explain,
+        f"{_RUN}:explain",
+        'engram-viz explain "Alexander the Great" --position -1',
+    ),
+    "train-tiny": Command(
+        "run",
+        "train the tiny Engram LM on the CPU (deterministic) and export it",
+        _add_train_tiny,
+        f"{_RUN}:train_tiny",
+        "engram-viz train-tiny --out out/tiny --seed 1",
+    ),
+    "layout": Command("inspect", "multipliers, primes, offsets and rows per layer", _add_layout, f"{_INSPECT}:layout"),
+    "hash": Command(
+        "inspect",
+        "tokenize TEXT and print raw, compressed and row ids",
+        _add_hash,
+        f"{_INSPECT}:hash_text",
+        'engram-viz hash "The the THE" --json',
+    ),
+    "params": Command(
+        "inspect", "parameter counts per Engram component, from the shapes", _add_params, f"{_INSPECT}:params"
+    ),
+    "inspect": Command(
+        "inspect",
+        "Engram tensors of a checkpoint folder: dtypes, shapes, shards, sizes, config check",
+        _add_inspect,
+        f"{_INSPECT}:inspect",
+        "engram-viz inspect /path/to/DeepSeek-V4.1-Flash --verify",
+    ),
+    "corpus": Command(
+        "corpus",
+        "row usage and hash collisions over text/JSONL files -> tidy tables",
+        _add_corpus,
+        "engram_viz.commands.corpus_command:corpus",
+        "engram-viz corpus a.jsonl b.txt.gz --out out/mine --max-tokens 5000000",
+    ),
+    "app": Command(
+        "apps",
+        "serve the prompt-comparison app as a web page (Voila) and print its URL",
+        _add_app,
+        "engram_viz.commands.app_command:app",
+        "engram-viz app --port 9000",
+    ),
+}
+
+
+def _overview() -> str:
+    """The sub-commands by group, for the top-level help."""
+    width = max(map(len, COMMANDS)) + 2
+    lines = []
+    for group, what in GROUPS.items():
+        lines.append(f"{group}: {what}")
+        lines += [f"  {name:<{width}}{c.summary}" for name, c in COMMANDS.items() if c.group == group]
+    return "\n".join(lines)
+
+
+def _examples() -> str:
+    return "examples:\n" + "\n".join(f"  {c.example}" for c in COMMANDS.values() if c.example)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="engram-viz", description="Look inside the Engram memory of DeepSeek-V4.1-Flash.")
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    _add_foundation_commands(sub)
-    _add_corpus_command(sub)
-    _add_job_commands(sub)
-    _add_explain_command(sub)
+    """The whole parser: every sub-command's options, nothing of the library imported."""
+    parser = _Parser(
+        prog="engram-viz",
+        usage="engram-viz [-h] [--version] COMMAND [options]",
+        description="Look inside the Engram memory of DeepSeek-V4.1-Flash.\n\n" + _overview(),
+        epilog=_examples() + "\n\n'engram-viz COMMAND --help' lists a command's options.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action=_Version, help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help=argparse.SUPPRESS)
+    for name, command in COMMANDS.items():
+        p = sub.add_parser(
+            name,
+            prog=f"engram-viz {name}",
+            description=command.summary,
+            epilog=f"example:\n  {command.example}" if command.example else None,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        command.add_arguments(p)
+        p.set_defaults(target=command.target)
     return parser
+
+
+def _run(args: argparse.Namespace) -> None:
+    """Import the sub-command's module (only now) and call its function with the arguments."""
+    module, function = args.target.split(":")
+    getattr(importlib.import_module(module), function)(args)
 
 
 def _one_line(err: BaseException) -> str:
@@ -419,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as stop:  # argparse: a usage error (code 2, one line from _Parser.error) or --help (0)
         return stop.code if isinstance(stop.code, int) else 2
     try:
-        args.func(args)
+        _run(args)
     except BrokenPipeError:  # output piped into `head` and the like: stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

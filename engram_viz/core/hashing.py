@@ -11,6 +11,7 @@ column's offset into the layer's table.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -80,11 +81,55 @@ def check_token_types(name: str, types: torch.Tensor) -> None:
         )
 
 
+@dataclass(frozen=True)
+class HashConstants:
+    """What every hash of one config and token map reads, derived and checked once: the checked
+    layout (``EngramLayout.checked``), the token map as int64 ``[vocab_size]`` on ``device``, the
+    compressed pad id, and the layout's multipliers ``[n_layers, max_ngram]``, primes
+    ``[n_layers, max_ngram - 1, n_heads]`` and offsets ``[n_layers, n_hash_cols]`` as tensors.
+    A :class:`~engram_viz.run.pipeline.Pipeline` builds one and hashes every run with it."""
+
+    config: EngramConfig
+    layout: EngramLayout
+    device: torch.device
+    token_map: torch.Tensor
+    pad_id: int
+    multipliers: torch.Tensor
+    primes: torch.Tensor
+    offsets: torch.Tensor
+
+    @classmethod
+    def build(
+        cls, config: EngramConfig | str, token_map: np.ndarray | torch.Tensor, device: str | torch.device = "cpu"
+    ) -> HashConstants:
+        config = load_config(config)
+        layout = EngramLayout.checked(config)  # a config whose tables disagree with its primes: ConfigError
+        device = resolve_device(device)
+        mapped = _checked_token_map(token_map, config).to(device)
+        return cls(
+            config=config,
+            layout=layout,
+            device=device,
+            token_map=mapped,
+            pad_id=int(mapped[config.engram_pad_id]),
+            multipliers=torch.as_tensor(layout.multipliers, device=device),
+            primes=torch.as_tensor(layout.primes, device=device),
+            offsets=torch.as_tensor(layout.offsets, device=device),
+        )
+
+    def hash_prompt(self, input_ids: torch.Tensor, token_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """One full prefill of ``input_ids`` ``[B, T]`` with a fresh cache; row ids ``[B, T, n_layers, 24]``."""
+        _check_ids("input_ids", input_ids, self.config.vocab_size)
+        batch, seqlen = input_ids.shape
+        return NgramHasher.of(self, max_batch=max(batch, 1), max_seq_len=max(seqlen, 1))(input_ids, 0, token_mask)
+
+
 class NgramHasher:
     """Hashes raw token ids into Engram table rows, keeping a cache of compressed ids.
 
     ``token_map`` is the raw -> compressed map (``EngramTokenizer.token_map``). The cache holds
-    ``max_batch`` sequences of up to ``max_seq_len`` positions.
+    ``max_batch`` sequences of up to ``max_seq_len`` positions. ``NgramHasher.of(constants, ...)``
+    builds one on :class:`HashConstants` made before (no constant derived or checked again).
     """
 
     def __init__(
@@ -95,15 +140,19 @@ class NgramHasher:
         max_seq_len: int = 4096,
         device: str | torch.device = "cpu",
     ):
-        self.config = load_config(config)
-        self.layout = EngramLayout(self.config)
-        self.layout.check_against_config()  # a config whose tables disagree with its primes: ConfigError
-        self.device = resolve_device(device)
-        self.token_map = _checked_token_map(token_map, self.config).to(self.device)
-        self.pad_id = int(self.token_map[self.config.engram_pad_id])
-        self.multipliers = torch.as_tensor(self.layout.multipliers, device=self.device)  # [n_layers, max_ngram]
-        self.primes = torch.as_tensor(self.layout.primes, device=self.device)  # [n_layers, max_ngram-1, n_heads]
-        self.offsets = torch.as_tensor(self.layout.offsets, device=self.device)  # [n_layers, n_hash_cols]
+        self._setup(HashConstants.build(config, token_map, device), max_batch, max_seq_len)
+
+    @classmethod
+    def of(cls, constants: HashConstants, max_batch: int = 1, max_seq_len: int = 4096) -> NgramHasher:
+        hasher = cls.__new__(cls)
+        hasher._setup(constants, max_batch, max_seq_len)
+        return hasher
+
+    def _setup(self, constants: HashConstants, max_batch: int, max_seq_len: int) -> None:
+        self.constants = c = constants
+        self.config, self.layout, self.device = c.config, c.layout, c.device
+        self.token_map, self.pad_id = c.token_map, c.pad_id
+        self.multipliers, self.primes, self.offsets = c.multipliers, c.primes, c.offsets
         for arg, value in (("max_batch", max_batch), ("max_seq_len", max_seq_len)):
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
                 raise TokenInputError(f"{arg} must be a positive integer, got {value!r}")
@@ -201,8 +250,7 @@ def hash_prompt(
     token_mask: torch.Tensor | None = None,
     device: str | torch.device = "cpu",
 ) -> torch.Tensor:
-    """One full prefill of ``input_ids`` ``[B, T]`` with a fresh cache; row ids ``[B, T, n_layers, 24]``."""
+    """One full prefill of ``input_ids`` ``[B, T]`` with a fresh cache; row ids ``[B, T, n_layers, 24]``
+    (a caller that hashes again and again builds :class:`HashConstants` once and calls its ``hash_prompt``)."""
     _check_ids("input_ids", input_ids, load_config(config).vocab_size)
-    batch, seqlen = input_ids.shape
-    hasher = NgramHasher(config, token_map, max_batch=max(batch, 1), max_seq_len=max(seqlen, 1), device=device)
-    return hasher(input_ids, 0, token_mask)
+    return HashConstants.build(config, token_map, device).hash_prompt(input_ids, token_mask)

@@ -143,6 +143,16 @@ class EngramLayout:
                 "is wrong"
             )
 
+    @staticmethod
+    @lru_cache(maxsize=16)
+    def checked(config: EngramConfig) -> EngramLayout:
+        """The layout of ``config``, checked against it (``check_against_config``) and shared: one
+        per config in a process, so a hasher built per run derives nothing again (configs are
+        frozen, so equal configs share one). Its arrays are the layout's own; treat them as read-only."""
+        layout = EngramLayout(config)
+        layout.check_against_config()
+        return layout
+
     def layer_index(self, layer: int) -> int:
         if layer not in self.layer_ids:
             raise InputError(f"layer {layer} is not an Engram layer; expected one of {list(self.layer_ids)}")

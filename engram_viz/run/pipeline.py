@@ -45,7 +45,7 @@ from engram_viz._progress import progress_bar
 from engram_viz.config import TEXT, EngramConfig
 from engram_viz.core.devices import resolve_device
 from engram_viz.core.engram import Engram
-from engram_viz.core.hashing import TokenInputError, check_id_values, check_token_types, hash_prompt, id_sequence
+from engram_viz.core.hashing import HashConstants, TokenInputError, check_id_values, check_token_types, id_sequence
 from engram_viz.core.tokenizer import get_tokenizer
 from engram_viz.errors import CheckpointError, InputError, PromptTypeError
 from engram_viz.run.capture import DEFAULT_NAMES, ActivationCache, HookFn, HookRegistry
@@ -131,6 +131,8 @@ class Pipeline:
                 self._load_tiny_lm(Path(folder))
             else:  # Engram layers only (a tiny LM too, when other streams are asked for)
                 self._load_checkpoint(checkpoint)
+        # the layout, token map and hash arrays, derived and checked once: every run hashes with them
+        self.hash_constants = HashConstants.build(self.config, self.tokenizer.token_map)
         self._setup_streams(streams)
 
     @classmethod
@@ -281,7 +283,7 @@ class Pipeline:
         if token_types is None:
             token_types = torch.full(input_ids.shape, TEXT, dtype=torch.int64)
         mask = token_types < 0
-        hashes = hash_prompt(self.config, self.tokenizer.token_map, input_ids.cpu(), mask.cpu())
+        hashes = self.hash_constants.hash_prompt(input_ids.cpu(), mask.cpu())
         if self.lm is not None:
             outs: dict[int, torch.Tensor] = {}
             handles = [

@@ -131,7 +131,7 @@ def _blocked_out(tmp_path: Path, case: str) -> tuple[list[str], str, str]:
     mine = tmp_path / "thesis"
     mine.mkdir()
     (mine / "thesis.tex").write_text("precious")
-    corpus = ["corpus", str(text), "--no-progress", "--out"]
+    corpus = ["corpus", str(text), "--quiet", "--out"]
     return {
         "report_out_is_a_file": (["report", "--quiet", "--out", str(afile)], str(afile), "it is a file"),
         "corpus_out_under_a_file": (corpus + [str(afile / "sub")], str(afile / "sub"), "is a file, not a folder"),
@@ -212,7 +212,7 @@ def test_corpus_outputs_take_the_umask_modes(tmp_path, capsys):
     out = tmp_path / "out"
     old = os.umask(0o022)
     try:
-        assert main(["corpus", str(text), "--out", str(out), "--no-progress", "--save-counts"]) == 0
+        assert main(["corpus", str(text), "--out", str(out), "--quiet", "--save-counts"]) == 0
     finally:
         os.umask(old)
     assert stat.S_IMODE(out.stat().st_mode) == 0o755

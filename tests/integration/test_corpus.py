@@ -267,12 +267,12 @@ def test_run_corpus_refuses_workers_that_are_not_a_positive_integer(tmp_path, te
 
 def test_cli_corpus(tmp_path, text_file, capsys):
     out = tmp_path / "cli"
-    assert main(["corpus", str(text_file), "--out", str(out), "--max-tokens", "20", "--no-progress", "--top", "2"]) == 0
+    assert main(["corpus", str(text_file), "--out", str(out), "--max-tokens", "20", "--quiet", "--top", "2"]) == 0
     printed = capsys.readouterr().out
     assert "20 tokens" in printed and "wrote 9 tables" in printed
     assert (out / "collisions_columns.parquet").is_file() and (out / "summary.json").is_file()
     assert json.loads((out / "summary.json").read_text())["truncated"] is True
-    assert main(["corpus", str(tmp_path / "nope.txt"), "--out", str(out), "--no-progress"]) == 2
+    assert main(["corpus", str(tmp_path / "nope.txt"), "--out", str(out), "--quiet"]) == 2
     assert "does not exist" in capsys.readouterr().err
 
 
@@ -346,7 +346,7 @@ def test_a_corpus_file_that_is_no_regular_file_says_what_it_is(tmp_path, kind, s
             read()
     out = tmp_path / "out"
     for workers in ([], ["--workers", "2"]):  # refused before any cluster starts
-        assert main(["corpus", str(path), "--out", str(out), "--no-progress", *workers]) == 2
+        assert main(["corpus", str(path), "--out", str(out), "--quiet", *workers]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and re.search(f"corpus file {re.escape(str(path))} {said}", err), err
     assert not out.exists()

@@ -234,7 +234,7 @@ def test_a_bad_line_on_worker_processes_is_one_line_on_stderr(tmp_path):
             str(out),
             "--workers",
             "2",
-            "--no-progress",
+            "--quiet",
         ],
         check=False,
         capture_output=True,

@@ -134,7 +134,7 @@ def test_corpus_interrupted_and_concurrent(tmp_path, capsys):
     out = tmp_path / "out"
 
     def args(text: str) -> list[str]:
-        return ["corpus", str(tmp_path / text), "--out", str(out), "--no-progress", "--top", "2"]
+        return ["corpus", str(tmp_path / text), "--out", str(out), "--quiet", "--top", "2"]
 
     assert main(args("x.txt")) == 0
     assert corpus_run(out) == "x.txt"
@@ -167,6 +167,6 @@ def test_a_failed_first_run_leaves_no_folder(tmp_path, capsys):
     assert main(["report", "--prompts", str(bad), "--out", str(out), "--quiet"]) == 2
     assert "not valid JSON" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == [bad]
-    assert main(["corpus", str(tmp_path / "nope.txt"), "--out", str(out), "--no-progress"]) == 2
+    assert main(["corpus", str(tmp_path / "nope.txt"), "--out", str(out), "--quiet"]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == [bad]

@@ -89,7 +89,7 @@ def test_explain(env, capsys):
 def test_corpus_and_the_config_commands(env, tmp_path, tokenizer, capsys):
     text = tmp_path / "t.txt"
     text.write_text(TEXT + "\n\n" + TEXT + "\n", encoding="utf-8")
-    assert main(["corpus", str(text), "--out", str(tmp_path / "c"), "--no-progress"]) == 0
+    assert main(["corpus", str(text), "--out", str(tmp_path / "c"), "--quiet"]) == 0
     assert json.loads((tmp_path / "c" / "summary.json").read_text())["config"] == "tiny"
     result = run_corpus([text], tmp_path / "lib", tokenizer=tokenizer, progress=False)
     assert result.stats.counts.config == weights_config(env)

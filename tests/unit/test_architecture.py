@@ -1,6 +1,11 @@
 """The package's shape: imports between its own modules sit at module top (a function-level one
 hides a cycle), modules stay under 500 lines and functions under 80. The layer contract itself is
-import-linter's (``lint-imports``, configured in pyproject.toml and run by ``make test``)."""
+import-linter's (``lint-imports``, configured in pyproject.toml and run by ``make test``).
+
+One documented exception: the command line (``cli.py``) and the front door (``__init__.py``) import
+the package's modules by name with ``importlib`` when a sub-command runs or a name is first used, so
+that ``engram-viz --help`` and ``import engram_viz`` load no torch; nowhere else may a function
+call ``importlib.import_module``."""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "engram_viz"
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 80
+LAZY_IMPORTERS = {"cli.py", "__init__.py"}  # engram_viz/cli.py and engram_viz/__init__.py only (see above)
 
 
 def _modules() -> list[tuple[Path, ast.Module]]:
@@ -29,6 +35,27 @@ def test_no_function_level_imports_between_own_modules():
             if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 found += [f"{path.relative_to(PACKAGE)}:{n.lineno}" for n in ast.walk(fn) if _own(n)]
     assert not found, f"function-level imports of engram_viz modules: {found}"
+
+
+def _imports_by_name(node: ast.AST) -> bool:
+    """``importlib.import_module(...)``, ``import_module(...)`` or ``__import__(...)``."""
+    if not isinstance(node, ast.Call):
+        return False
+    f = node.func
+    name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+    return name in ("import_module", "__import__")
+
+
+def test_only_the_command_line_and_the_front_door_import_by_name():
+    found = []
+    for path, tree in _modules():
+        rel = path.relative_to(PACKAGE).as_posix()
+        if rel in LAZY_IMPORTERS:
+            continue
+        for fn in ast.walk(tree):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                found += [f"{rel}:{n.lineno}" for n in ast.walk(fn) if _imports_by_name(n)]
+    assert not found, f"imports by name outside {sorted(LAZY_IMPORTERS)}: {found}"
 
 
 def test_modules_and_functions_stay_small():

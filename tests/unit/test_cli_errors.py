@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from engram_viz import cli, errors
+from engram_viz import errors
 from engram_viz.cli import main
+from engram_viz.commands import inspect_commands
 from engram_viz.errors import EngramVizError, InputError, InputTypeError, StreamsError
 
 PACKAGE = Path(__file__).resolve().parents[2] / "engram_viz"
@@ -40,17 +41,17 @@ def test_a_bug_inside_the_library_is_not_caught(monkeypatch, exc):
     def broken(*args, **kwargs):
         raise exc
 
-    monkeypatch.setattr(cli, "hash_prompt", broken)
+    monkeypatch.setattr(inspect_commands, "hash_prompt", broken)
     with pytest.raises(type(exc), match="boom"):
         main(["hash", "--config", "tiny", "Alexander the Great"])
 
 
 def test_a_bug_reaches_the_terminal_with_its_traceback():
     code = (
-        "import sys, engram_viz.cli as cli\n"
+        "import sys, engram_viz.cli as cli, engram_viz.commands.inspect_commands as commands\n"
         "def broken(*a, **k):\n"
         "    raise TypeError('boom')\n"
-        "cli.EngramLayout = broken\n"
+        "commands.EngramLayout = broken\n"
         "sys.exit(cli.main(['layout', '--config', 'tiny']))\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)

@@ -9,6 +9,7 @@ from engram_viz.analysis.corpus import row_ids
 from engram_viz.analysis.corpus.row_ids import BLOCK, reduce_mod, rows_from_windows
 from engram_viz.config import load_config
 from engram_viz.core.layout import EngramLayout
+from engram_viz.errors import InputError
 
 pytestmark = pytest.mark.unit
 
@@ -77,3 +78,27 @@ def test_compiled_kernel_equals_the_numpy_path(config, monkeypatch):
     monkeypatch.setattr(row_ids, "COMPILED_MIN", 1)
     assert np.array_equal(rows_from_windows(layout, w), want)
     assert rows_from_windows(layout, w[:0]).shape == want[:0].shape
+
+
+@pytest.mark.parametrize("compiled_min", [1, 1 << 40], ids=["compiled", "numpy"])
+def test_rows_written_into_a_reused_output(compiled_min, monkeypatch):
+    """``out=`` takes the rows in place, on both paths; a second call overwrites every cell; an
+    array that cannot take them is refused with its dtype and shape."""
+    if compiled_min == 1:
+        pytest.importorskip("numba")
+    monkeypatch.setattr(row_ids, "COMPILED_MIN", compiled_min)
+    cfg = load_config("tiny")
+    layout = EngramLayout(cfg)
+    rng = np.random.default_rng(3)
+    shape = (1000, len(layout.layer_ids), layout.n_hash_cols)
+    out = np.full(shape, -7, dtype=np.int64)
+    for seed in (4, 5):
+        w = np.random.default_rng(seed).integers(0, cfg.engram_compressed_vocab_size, (1000, cfg.engram_max_ngram_size))
+        assert rows_from_windows(layout, w, out=out) is out
+        monkeypatch.setattr(row_ids, "COMPILED_MIN", 1 << 40)
+        assert np.array_equal(out, rows_from_windows(layout, w))  # the numpy path into a fresh array
+        monkeypatch.setattr(row_ids, "COMPILED_MIN", compiled_min)
+    w = rng.integers(0, 10, (1000, cfg.engram_max_ngram_size))
+    for bad in (out[:999], out.astype(np.int32), np.asfortranarray(out), [[0]]):
+        with pytest.raises(InputError, match="out must be a C-contiguous int64 array of shape"):
+            rows_from_windows(layout, w, out=bad)

@@ -1,8 +1,9 @@
 """Column passes: the distinct n-grams of one (layer, order, head) column and their buckets.
 
 :func:`iter_columns` yields every column as a :class:`ColumnView` (each order's n-grams unpacked
-once, hashed once per layer); ``ColumnView.stats()`` sorts its buckets once into the occupancy
-all analyses read. :func:`top_indices` is the deterministic top-k they rank with.
+once, hashed once per layer); ``ColumnView.stats()`` derives the occupancy all analyses read
+once per column: a bincount per bucket where the column is dense, one sort of (bucket, count)
+pairs where it is sparse. :func:`top_indices` is the deterministic top-k they rank with.
 """
 
 from __future__ import annotations
@@ -18,32 +19,58 @@ from engram_viz.core.layout import EngramLayout
 from engram_viz.errors import InputError
 
 
+# A column whose prime is at most DENSE_RATIO x its distinct n-grams is tallied into one counter per
+# bucket (bincount: no sort, no gather over a permutation); a sparser one (V4.1's ~16M buckets per
+# column) sorts its (bucket, count) pairs once, where most n-grams sit alone in their bucket.
+DENSE_RATIO = 8
+_COUNT_BITS = 38  # a sorted pair is bucket << 38 | count: buckets below 2**25, counts below 2**38
+
+
 @dataclass
 class ColumnStats:
-    """Occupancy of one column, computed once by one sort of its buckets: ``occupied`` int64
-    ``[R]`` (sorted buckets holding at least one n-gram), ``n_ngrams`` and ``hits`` int64 ``[R]``
-    (distinct n-grams and summed positions per occupied bucket), ``starts`` int64 ``[R]`` and
-    ``order`` int64 ``[U]`` (``order[starts[r] : starts[r] + n_ngrams[r]]`` are the n-grams of
-    bucket ``occupied[r]``), ``per_key`` int64 ``[U]`` (distinct n-grams in each n-gram's own
-    bucket, itself included)."""
+    """Occupancy of one column, computed once: ``occupied`` int64 ``[R]`` (sorted buckets holding
+    at least one n-gram), ``n_ngrams`` and ``hits`` int64 ``[R]`` (distinct n-grams and summed
+    positions per occupied bucket), ``per_key`` int64 ``[U]`` (distinct n-grams in each n-gram's
+    own bucket, itself included)."""
 
     occupied: np.ndarray
     n_ngrams: np.ndarray
     hits: np.ndarray
-    starts: np.ndarray
-    order: np.ndarray
     per_key: np.ndarray
 
 
-def _sorted_runs(buckets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(order, sorted buckets)``, stable: one SIMD sort of ``bucket << 32 | index`` when it fits."""
-    n = len(buckets)
-    if n < 1 << 32 and (not n or int(buckets.max()) < 1 << 31):
-        packed = (buckets.astype(np.int64) << 32) | np.arange(n, dtype=np.int64)
-        packed.sort()
-        return packed & 0xFFFF_FFFF, packed >> 32
-    order = np.argsort(buckets, kind="stable")
-    return order, buckets[order]
+def _dense_stats(buckets: np.ndarray, counts: np.ndarray, prime: int) -> ColumnStats:
+    """One counter per bucket: two bincounts over the n-grams and a gather from [prime] (in cache)."""
+    n_per = np.bincount(buckets, minlength=prime)
+    occupied = np.flatnonzero(n_per)
+    hits = np.bincount(buckets, weights=counts, minlength=prime)[occupied]  # float64: exact below 2**53
+    return ColumnStats(occupied, n_per[occupied], hits.astype(np.int64), n_per[buckets])
+
+
+def _sorted_stats(buckets: np.ndarray, counts: np.ndarray) -> ColumnStats:
+    """One sort of packed (bucket, count) pairs; the runs of equal buckets give every figure, and
+    only the n-grams of shared buckets (few, in a sparse column) are looked up again."""
+    u = len(buckets)
+    packed = (buckets << _COUNT_BITS) | counts
+    packed.sort()
+    b = packed >> _COUNT_BITS
+    first = np.flatnonzero(np.r_[True, b[1:] != b[:-1]]) if u else np.empty(0, np.int64)
+    n_ngrams = np.diff(np.append(first, u))
+    sorted_counts = packed & ((1 << _COUNT_BITS) - 1)
+    hits = np.add.reduceat(sorted_counts, first) if u else np.empty(0, np.int64)
+    occupied = b[first]
+    per_key = np.ones(u, dtype=np.int64)
+    shared = n_ngrams >= 2
+    if shared.any():
+        shared_buckets, shared_sizes = occupied[shared], n_ngrams[shared]
+        at = np.minimum(np.searchsorted(shared_buckets, buckets), len(shared_buckets) - 1)
+        found = shared_buckets[at] == buckets
+        per_key[found] = shared_sizes[at[found]]
+    return ColumnStats(occupied, n_ngrams, hits, per_key)
+
+
+def _packable(buckets: np.ndarray, counts: np.ndarray, prime: int) -> bool:
+    return prime <= 1 << (63 - _COUNT_BITS) and (not len(counts) or int(counts.max()) < 1 << _COUNT_BITS)
 
 
 @dataclass
@@ -63,18 +90,19 @@ class ColumnView:
     _stats: ColumnStats | None = field(default=None, repr=False, compare=False)
 
     def stats(self) -> ColumnStats:
-        """The column's occupancy (computed on first use, then kept on the view). Memory: a few
-        arrays of U entries; never a dense array of the prime's size."""
+        """The column's occupancy (computed on first use, then kept on the view, so every consumer
+        of a pass shares it). Memory: a few arrays of U entries, plus one counter per bucket when
+        the column is dense (prime <= DENSE_RATIO x U)."""
         if self._stats is None:
-            order, b = _sorted_runs(self.buckets)
-            u = len(b)
-            starts = np.flatnonzero(b[1:] != b[:-1]) + 1 if u else np.empty(0, np.int64)
-            starts = np.concatenate([np.zeros(min(u, 1), np.int64), starts])
-            lengths = np.diff(np.append(starts, u)).astype(np.int64)
-            hits = np.add.reduceat(self.counts[order], starts).astype(np.int64) if u else np.empty(0, np.int64)
-            per_key = np.empty(u, dtype=np.int64)
-            per_key[order] = np.repeat(lengths, lengths)
-            self._stats = ColumnStats(b[starts], lengths, hits, starts, order, per_key)
+            u = len(self.buckets)
+            if self.prime <= DENSE_RATIO * max(u, 1):
+                self._stats = _dense_stats(self.buckets, self.counts, self.prime)
+            elif _packable(self.buckets, self.counts, self.prime):
+                self._stats = _sorted_stats(self.buckets, self.counts)
+            else:  # a prime above 2**25 or a count above 2**38: tally the sparse column by np.unique
+                occupied, inverse, n = np.unique(self.buckets, return_inverse=True, return_counts=True)
+                hits = np.bincount(inverse, weights=self.counts, minlength=len(occupied)).astype(np.int64)
+                self._stats = ColumnStats(occupied, n.astype(np.int64), hits, n[inverse].astype(np.int64))
         return self._stats
 
     def bucket_totals(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -90,15 +118,24 @@ class ColumnView:
         return len(s.occupied), int(np.count_nonzero(s.n_ngrams >= 2)), s.per_key
 
     def keys_in(self, buckets: np.ndarray) -> np.ndarray:
-        """Indices (into ``ngrams``, ascending) of the n-grams landing in any of ``buckets``."""
-        s = self.stats()
-        q = np.unique(np.asarray(buckets, dtype=np.int64))
-        if not len(q) or not len(s.occupied):
+        """Indices (into ``ngrams``, ascending) of the n-grams landing in any of ``buckets``: one
+        scan of the column's buckets through a table of the buckets asked for (no sort)."""
+        q = np.asarray(buckets, dtype=np.int64).ravel()
+        q = q[(q >= 0) & (q < self.prime)]
+        if not len(q) or not len(self.buckets):
             return np.empty(0, dtype=np.int64)
-        at = np.minimum(np.searchsorted(s.occupied, q), len(s.occupied) - 1)
-        at = at[s.occupied[at] == q]
-        parts = [s.order[s.starts[r] : s.starts[r] + s.n_ngrams[r]] for r in at.tolist()]
-        return np.sort(np.concatenate(parts)) if parts else np.empty(0, dtype=np.int64)
+        asked = np.zeros(self.prime, dtype=bool)  # one byte per bucket: 16 MB on V4.1's largest column
+        asked[q] = True
+        return np.flatnonzero(asked[self.buckets])
+
+    def grouped(self) -> tuple[np.ndarray, np.ndarray]:
+        """The n-grams grouped by bucket: ``(order int64 [U], starts int64 [R])``, where
+        ``order[starts[r] : starts[r] + n_ngrams[r]]`` are the n-grams (ascending) of bucket
+        ``occupied[r]`` (one stable sort, for a caller that walks every bucket's members)."""
+        s = self.stats()
+        order = np.argsort(self.buckets, kind="stable")
+        starts = np.cumsum(s.n_ngrams) - s.n_ngrams
+        return order, starts
 
 
 def bucket_lookup(buckets: np.ndarray, prime: int, query: np.ndarray) -> np.ndarray:
@@ -146,13 +183,24 @@ def iter_columns(layout: EngramLayout, counts: NgramCounts) -> Iterator[ColumnVi
 
 
 def top_indices(values: np.ndarray, tiebreak: np.ndarray, k: int) -> np.ndarray:
-    """Indices of the k largest ``values``, ties broken by the smaller ``tiebreak`` (deterministic)."""
+    """Indices of the k largest ``values``, ties broken by the smaller ``tiebreak`` (deterministic;
+    ``tiebreak`` holds distinct values). Values in ``[0, 2**31)`` and tiebreaks in ``[0, 2**32)``
+    (counts, rows, indices) are packed into one distinct int64 key each, ``value << 32 | ~tiebreak``,
+    so one partition finds the k (numpy's introselect slows to a crawl on the many equal counts of
+    a corpus; on distinct keys it stays linear); other inputs take a partition and a sort of the
+    candidates at or above the k-th value."""
     if k <= 0:
         return np.empty(0, dtype=np.int64)
-    if len(values) > k:
-        kth = np.partition(values, len(values) - k)[len(values) - k]
-        cand = np.flatnonzero(values >= kth)
+    v, t = np.asarray(values, dtype=np.int64), np.asarray(tiebreak, dtype=np.int64)
+    n = len(v)
+    if n and 0 <= v.min() and v.max() < 1 << 31 and 0 <= t.min() and t.max() < 1 << 32:
+        key = (v << 32) | ((1 << 32) - 1 - t)  # larger key: larger value, then smaller tiebreak
+        cand = np.argpartition(key, n - k)[n - k :] if n > k else np.arange(n)
+        return cand[np.argsort(-key[cand])]
+    if n > k:
+        kth = np.partition(v, n - k)[n - k]
+        cand = np.flatnonzero(v >= kth)
     else:
-        cand = np.arange(len(values))
-    order = np.lexsort((tiebreak[cand], -values[cand]))
+        cand = np.arange(n)
+    order = np.lexsort((t[cand], -v[cand]))
     return cand[order[:k]]

@@ -12,7 +12,10 @@ over the whole output once per column. :func:`reduce_mod` is division-free inste
 ``[n_layers * 24, BLOCK]`` scratch that stays in cache, transposed into the output once. With
 numba installed, inputs of ``COMPILED_MIN`` positions or more go through the compiled kernel of
 ``hash_kernel`` instead (the same arithmetic in one pass; speeds in
-``benchmarks/results/corpus_throughput.txt``, from ``benchmarks/corpus_throughput.py``).
+``benchmarks/results/corpus_throughput.txt``, from ``benchmarks/corpus_throughput.py``). The output,
+48 int64 a position, is the one cost the arithmetic does not set: a fresh one is page-faulted in
+on first write, so a caller hashing chunk after chunk passes ``out=`` and reuses one buffer
+(``benchmarks/hash_kernel.py`` measures both against the literal reference).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import numpy as np
 
 from engram_viz.analysis.corpus.row_id_kernel import compiled_rows
 from engram_viz.core.layout import EngramLayout
+from engram_viz.errors import InputError
 
 COMPILED_MIN = 1 << 16  # positions from which the compiled kernel pays for its one-off compile
 BLOCK = 8192  # positions per block: scratch of 48 x 8192 int64 (3 MiB) stays in L2/L3
@@ -40,12 +44,24 @@ def reduce_mod(x: np.ndarray, prime: int, out: np.ndarray) -> np.ndarray:
     return out
 
 
-def rows_from_windows(layout: EngramLayout, windows: np.ndarray) -> np.ndarray:
+def _checked_out(out: np.ndarray | None, shape: tuple[int, int, int]) -> np.ndarray:
+    """``out`` when it can take the rows (int64, C-contiguous, ``shape``), a fresh array when None."""
+    if out is None:
+        return np.empty(shape, dtype=np.int64)
+    if not isinstance(out, np.ndarray) or out.dtype != np.int64 or out.shape != shape or not out.flags.c_contiguous:
+        got = f"{out.dtype} {list(out.shape)}" if isinstance(out, np.ndarray) else type(out).__name__
+        raise InputError(f"out must be a C-contiguous int64 array of shape {list(shape)}, got {got}")
+    return out
+
+
+def rows_from_windows(layout: EngramLayout, windows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """The vectorised hash: windows ``[N, max_ngram]`` -> row ids int64 ``[N, n_layers, n_hash_cols]``,
-    bit for bit those of ``NgramHasher``."""
+    bit for bit those of ``NgramHasher``. ``out`` (optional, that shape, int64, C-contiguous) is
+    written in place and returned: a caller hashing chunk after chunk reuses one buffer, so a large
+    call costs its arithmetic rather than the page faults of a fresh 384 MB (1M positions) output."""
     w = np.asarray(windows, dtype=np.int64)
     n, n_layers, cols = len(w), len(layout.layer_ids), layout.n_hash_cols
-    out = np.empty((n, n_layers, cols), dtype=np.int64)
+    out = _checked_out(out, (n, n_layers, cols))
     kernel = compiled_rows(layout) if n >= COMPILED_MIN else None
     if kernel is not None:
         kernel(np.ascontiguousarray(w), out.reshape(n, n_layers * cols))

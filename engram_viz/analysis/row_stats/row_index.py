@@ -57,12 +57,12 @@ class LayerIndex:
 def _column_part(view: ColumnView, max_per_row: int, min_count: int) -> dict[str, np.ndarray]:
     """Occupied rows of one column and their kept members (most frequent first)."""
     s = view.stats()
+    members, starts = view.grouped()
     bucket_of = np.repeat(np.arange(len(s.occupied)), s.n_ngrams)
-    members = s.order  # grouped by bucket
     counts = view.counts[members]
     by = np.lexsort((members, -counts, bucket_of))  # bucket, then count descending, then n-gram
     members, counts, bucket_of = members[by], counts[by], bucket_of[by]
-    rank = np.arange(len(members)) - np.repeat(s.starts, s.n_ngrams)
+    rank = np.arange(len(members)) - np.repeat(starts, s.n_ngrams)
     keep = (rank < max_per_row) & (counts >= min_count)
     kept_per_row = np.bincount(bucket_of[keep], minlength=len(s.occupied))
     return {

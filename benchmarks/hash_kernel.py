@@ -1,0 +1,79 @@
+"""The row-id hash of 1M positions in one call, side by side with the literal reference.
+
+The reference (``reference_hash.ReferenceHash``, the reference's torch forward transcribed step
+for step) hashes ``[1, N]`` raw ids in one call. Ours: ``StreamWindows`` (the look-back windows)
+then ``rows_from_windows`` (the compiled kernel with numba), once into a fresh output (``N x 48``
+int64: 384 MiB at 1M positions, page-faulted on first write) and once into a reused ``out=``
+buffer (what a caller hashing chunk after chunk does). The three outputs are asserted identical
+in the same run. Times are process CPU seconds (page faults included), best of ROUNDS
+interleaved rounds; run pinned to one core::
+
+    taskset -c 0 .venv/bin/python benchmarks/hash_kernel.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import time
+
+import numpy as np
+import torch
+from reference_hash import ReferenceHash
+
+from engram_viz.analysis.corpus.row_id_kernel import compiled_rows
+from engram_viz.analysis.corpus.row_ids import rows_from_windows
+from engram_viz.analysis.corpus.windows import StreamWindows
+from engram_viz.config import load_config
+from engram_viz.core.layout import EngramLayout
+from engram_viz.core.tokenizer import EngramTokenizer
+
+ROUNDS = 3
+
+
+def cpu_features() -> str:
+    flags = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
+    found = sorted({f for f in ("avx2", "avx512_bf16", "amx_bf16") if f in flags.split()})
+    model = next((ln.split(":", 1)[1].strip() for ln in flags.splitlines() if ln.startswith("Model name")), "?")
+    return f"{model}; {', '.join(found) or 'no avx2'}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--positions", type=int, default=1 << 20, help="positions hashed in the one call")
+    n = parser.parse_args().positions
+    cfg = load_config("v41-flash")
+    layout, token_map = EngramLayout(cfg), EngramTokenizer(cfg).token_map
+    ids = np.random.default_rng(0).integers(0, cfg.vocab_size, n)
+    starts = np.zeros(n, dtype=bool)
+    starts[0] = True
+    reference = ReferenceHash(layout, token_map, 1, n)
+    stream = StreamWindows(cfg, token_map)
+    kernel_loaded = compiled_rows(layout) is not None  # compiled once per process, not timed
+    reused = np.empty((n, len(layout.layer_ids), layout.n_hash_cols), dtype=np.int64)
+    runs = {
+        "reference (literal torch, one call)": lambda: reference(torch.from_numpy(ids)[None], 0).numpy()[0],
+        "ours, fresh output": lambda: rows_from_windows(layout, stream(ids, starts)),
+        "ours, reused out= buffer": lambda: rows_from_windows(layout, stream(ids, starts), out=reused),
+    }
+    best = dict.fromkeys(runs, float("inf"))
+    outputs = {}
+    for _ in range(ROUNDS):
+        for name, run in runs.items():
+            t0 = time.process_time()
+            outputs[name] = run()
+            best[name] = min(best[name], time.process_time() - t0)
+            if name.startswith("reference"):
+                outputs[name] = outputs[name].copy()
+    want = outputs["reference (literal torch, one call)"]
+    identical = all(np.array_equal(want, got) for got in outputs.values())
+    assert identical, "row ids differ from the reference"
+    base = best["reference (literal torch, one call)"]
+    print(f"CPU: {cpu_features()}; numba kernel: {kernel_loaded}; {n:,} positions in one call, v41-flash layout")
+    for name, s in best.items():
+        print(f"  {name:<38} {s:7.3f} s CPU  {n / s:>13,.0f} pos/s  {base / s:5.1f}x")
+    print(f"  row ids bit-identical to the reference: {identical}")
+
+
+if __name__ == "__main__":
+    main()
