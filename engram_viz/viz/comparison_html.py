@@ -27,7 +27,7 @@ from engram_viz.analysis.gates.comparison import AlignedDifference, PromptResult
 from engram_viz.run.pipeline import Pipeline
 from engram_viz.viz.html_templates import macros
 from engram_viz.viz.style import Theme, get_theme, text_color_on
-from engram_viz.viz.token_labels import token_label
+from engram_viz.viz.token_labels import image_label, token_label
 from engram_viz.viz.tokens import token_html
 
 DIFF_FLOOR = 0.05  # the difference colour scale spans at least +-0.05
@@ -129,10 +129,17 @@ def _in_image_run(a: PromptResult, b: PromptResult, i: int | None, j: int | None
     return i is not None and bool(a.is_image[i])
 
 
-def _image_chip(positions: list[int], lb: str, t: Theme) -> str:
-    """One grey chip for an image span of B (its gates are 0 in both prompts)."""
-    span = f"{min(positions)}-{max(positions)} ({len(positions)} tokens)"
-    return _M.image_chip(t, f"image span: {lb} positions {span}; gates 0 (masked) in both", len(positions))
+def _image_chip(run: list[tuple], labels: tuple[str, str], t: Theme) -> str:
+    """One grey chip for a run of image positions (pairs ``(i, j, kind)``: B's span, paired with
+    A's or not, or a span only A has); their gates are 0 (masked)."""
+    sides = []
+    for k, label in ((1, labels[1]), (0, labels[0])):
+        pos = [p[k] for p in run if p[k] is not None]
+        if pos:
+            sides.append(f"{label} positions {min(pos)}-{max(pos)} ({len(pos)} tokens)")
+    only = "" if len(sides) == 2 else f" (only in {labels[0] if run[0][1] is None else labels[1]})"
+    n = max(sum(p[1] is not None for p in run), sum(p[0] is not None for p in run))
+    return _M.image_chip(t, f"image span{only}: {'; '.join(sides)}; gates 0 (masked)", image_label(n))
 
 
 def _deleted(piece: str, i: int, la: str, t: Theme) -> str:
@@ -205,11 +212,11 @@ def _difference_tokens(
     parts, idx, pairs = [], 0, d.pairs
     while idx < len(pairs):
         i, j, kind = pairs[idx]
-        if j is not None and _in_image_run(a, b, i, j):
+        if _in_image_run(a, b, i, j):
             end = idx + 1
             while end < len(pairs) and _in_image_run(a, b, pairs[end][0], pairs[end][1]):
                 end += 1
-            parts.append(_image_chip([pj for _, pj, _ in pairs[idx:end] if pj is not None], labels[1], t))
+            parts.append(_image_chip(pairs[idx:end], labels, t))
             idx = end
             continue
         idx += 1

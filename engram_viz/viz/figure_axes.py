@@ -83,11 +83,6 @@ def token_ticks(ax: Axes, tokens: Sequence[str], max_labels: int = 120, fontsize
     ax.tick_params(axis="x", length=0, pad=2)
 
 
-def heatmap_width(n_tokens: int, width: float | None) -> float:
-    """Figure width in inches for a heatmap of ``n_tokens`` columns (``width`` if given)."""
-    return width if width is not None else float(np.clip(1.3 + 0.15 * n_tokens, 4.0, 14.0))
-
-
 def column_axis(ax: Axes, orders: Sequence[int], n_heads: int, t: Theme) -> None:
     """x axis of the 24 hash columns: heads as ticks, n-gram orders as groups below."""
     n = len(orders) * n_heads

@@ -43,6 +43,7 @@ from engram_viz.viz import (
 from engram_viz.viz import style as style_module
 from engram_viz.viz.frames import COLLISION_COLUMNS, COVERAGE_COLUMNS, gate_table, reduce_streams
 from engram_viz.viz.style import figure_of
+from engram_viz.viz.token_heatmap import CELL_IN, TICK_PT, WIDTH_IN
 from engram_viz.viz.usage_plots import _bin_sizes
 
 PROMPTS = {
@@ -245,18 +246,35 @@ def test_token_text_figure_shows_dollar_signs_literally(gates):
     assert texts and all(not t.get_parse_math() for t in texts)
 
 
-def test_gate_heatmap_greys_image_positions_and_labels_tokens(gates):
+def test_gate_heatmap_shows_an_image_span_as_one_grey_column_and_labels_tokens(gates):
     ax = gate_heatmap(gates, "en-alexander")
     image = next(a for a in ax.get_children() if isinstance(a, AxesImage))
     data = image.get_array()
-    assert data.shape == (len(LAYERS) * N_STREAMS, len(gate_table(gates, "en-alexander", 1)))
-    assert data.mask[:, IMAGE_AT : IMAGE_AT + IMAGE_LEN].all()
-    assert not data.mask[:, :IMAGE_AT].any()
+    n = len(gate_table(gates, "en-alexander", 1))
+    assert data.shape == (len(LAYERS) * N_STREAMS, n - IMAGE_LEN + 1)  # the span is one column
+    assert data.mask[:, IMAGE_AT].all() and not data.mask[:, :IMAGE_AT].any()
     assert [t.get_text() for t in ax.get_yticklabels()][:2] == ["L1 s0", "L1 s1"]
     labels = [t.get_text() for t in ax.get_xticklabels()]
     assert labels[0] == "Alexander" and ".\u21b5" in labels  # the newline made visible
+    assert labels[IMAGE_AT] == f"[image \u00d7{IMAGE_LEN}]"
     table = gate_table(gates, "en-alexander", 3)
     np.testing.assert_allclose(data[N_STREAMS + 1, :IMAGE_AT], table[1].to_numpy()[:IMAGE_AT])
+    np.testing.assert_allclose(data[N_STREAMS + 1, IMAGE_AT + 1 :], table[1].to_numpy()[IMAGE_AT + IMAGE_LEN :])
+
+
+def test_gate_heatmap_keeps_its_font_and_cell_size_and_wraps_long_prompts(gates):
+    long = gates[gates["prompt"] == "en-alexander"].copy()
+    long = pd.concat([long.assign(position=long["position"] + k * 100) for k in range(6)], ignore_index=True)
+    long = long.assign(is_image=False)
+    short_ax = gate_heatmap(gates, "zh-zhang")
+    panels = gate_heatmap(long, "en-alexander")
+    assert len(panels) > 1 and short_ax.figure.get_figwidth() < WIDTH_IN == panels[0].figure.get_figwidth()
+    cells = []
+    for ax in (short_ax, *panels):
+        assert {t.get_fontsize() for t in ax.get_xticklabels()} == {TICK_PT}
+        x0, x1 = ax.get_xlim()
+        cells.append(ax.get_position().width * ax.figure.get_figwidth() / (x1 - x0))  # inches per token
+    assert max(cells) / min(cells) < 1.1 and CELL_IN * 0.9 < min(cells) < CELL_IN * 1.4  # one cell size on every prompt
 
 
 def test_gate_heatmap_one_layer(gates):
@@ -278,10 +296,17 @@ def test_gate_distributions_draw_one_box_per_group_stream_and_layer(gates):
 def test_exposure_beside_gates_needs_exposure(gates):
     axes = exposure_beside_gates(gates, "en-alexander", layer=1)
     bars = [p.get_height() for p in axes[1].patches]
-    table = gate_table(gates, "en-alexander", 1)
-    assert bars == table["exposure"].tolist()
+    expected = gate_table(gates, "en-alexander", 1)["exposure"].tolist()
+    assert bars == expected[:IMAGE_AT] + [0] + expected[IMAGE_AT + IMAGE_LEN :]  # the image span: one empty column
+    assert "r = " in axes[0].get_title(loc="left")
     with pytest.raises(ValueError, match="exposure"):
         exposure_beside_gates(gates.drop(columns="exposure"), "zh-zhang")
+
+
+def test_exposure_the_same_everywhere_is_said_not_drawn(gates):
+    axes = exposure_beside_gates(gates.assign(exposure=24), "en-alexander", layer=1)
+    assert not axes[1].patches and "nan" not in axes[0].get_title(loc="left")
+    assert any("24/24 at every text position" in t.get_text() for t in axes[1].texts)
 
 
 def test_collision_and_coverage_bars_equal_the_frames(tables):
