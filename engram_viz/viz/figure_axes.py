@@ -62,10 +62,14 @@ def drawn(
     return panels if isinstance(panels, Axes) or ax is None else ax
 
 
-def legend(fig: Figure, axes: list[Axes], owned: bool, handles: list, labels: list, ncols: int) -> None:
-    """A legend below the figure when the plot made it, else in the first of the given axes."""
+def legend(
+    fig: Figure, axes: list[Axes], owned: bool, handles: list, labels: list, ncols: int, side: str = "lower"
+) -> None:
+    """A legend outside the panels, below them (``side='upper'``: above, where a figure label takes
+    the bottom; the layout keeps the two apart) when the plot made the figure, else in the first
+    of the given axes."""
     if owned:
-        fig.legend(handles, labels, loc="outside lower center", ncols=ncols)
+        fig.legend(handles, labels, loc=f"outside {side} center", ncols=ncols)
     else:
         axes[0].legend(handles, labels)
 

@@ -31,6 +31,7 @@ from engram_viz.viz import (
     gate_distributions,
     gate_heatmap,
     gate_heatmap_interactive,
+    heads_shared_vs_expected,
     paper_rc,
     require_cjk_font,
     row_rank_frequency,
@@ -154,7 +155,29 @@ def all_paper_plots(gates, tables, theme: str) -> dict[str, object]:
         "coverage_per_column": coverage_per_column(coverage, theme=theme),
         "row_rank_frequency": row_rank_frequency(usage, theme=theme),
         "touched_rows_map": touched_rows_map(usage, "tiny", bins=64, theme=theme),
+        "heads_shared_vs_expected": heads_shared_vs_expected(_heads_shared(), theme=theme),
     }
+
+
+def _heads_shared() -> pd.DataFrame:
+    """A heads_shared frame of the tiny layout's shape (made-up counts: the layout is what is checked)."""
+    recs = [
+        (layer, order, h, 1000 // (h + 1), 900.0 / (h + 1)) for layer in (1, 3) for order in (2, 3, 4) for h in range(9)
+    ]
+    return pd.DataFrame(recs, columns=["layer", "order", "heads_shared", "ngrams", "expected_ngrams"])
+
+
+def _clashes(fig: Figure) -> list[str]:
+    """Legends, figure labels and the stamp that overlap a panel or each other, or leave the figure."""
+    renderer = fig.canvas.get_renderer()
+    boxes = [(f"axes {k}", ax.get_tightbbox(renderer)) for k, ax in enumerate(fig.axes)]
+    loose = [(f"legend {k}", g.get_window_extent(renderer)) for k, g in enumerate(fig.legends)]
+    loose += [(repr(t.get_text()[:20]), t.get_window_extent(renderer)) for t in fig.texts if t.get_text()]
+    out = [name for name, box in loose if box.x0 < -1 or box.y0 < -1 or box.x1 > fig.bbox.x1 + 1]
+    out += [f"{a} / {b}" for a, box in loose for b, other in boxes if box.overlaps(other)]
+    return out + [
+        f"{a} / {b}" for i, (a, box) in enumerate(loose) for b, other in loose[i + 1 :] if box.overlaps(other)
+    ]
 
 
 needs_cjk = pytest.mark.skipif(
@@ -209,6 +232,9 @@ def test_every_paper_figure_builds_in_both_themes(gates, tables, theme):
         assert isinstance(fig, Figure), name
         assert fig.engram_viz_theme == theme, name
         assert np.allclose(fig.get_facecolor()[:3], _rgb(THEMES[theme].background)), name
+        if isinstance(drawn, Figure):  # the token text places its own lines
+            continue
+        assert not _clashes(fig), (name, _clashes(fig))
 
 
 def _rgb(hex_colour: str) -> tuple[float, float, float]:
