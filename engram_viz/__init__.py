@@ -27,7 +27,8 @@ The front door, the names a researcher needs::
 - corpora and layout: :func:`corpus_sample`, :class:`NgramDecoder`, :class:`EngramLayout`, :func:`get_tokenizer`
 - provenance: :class:`Provenance` (model, streams, config, synthetic), :func:`provenance_of`,
   :func:`layout_provenance`; every frame of a Trace carries it in ``df.attrs`` and figures stamp it
-- figures: ``ev.viz`` (``ev.viz.gate_heatmap(gates)``, every plot of :mod:`engram_viz.viz`)
+- figures: ``ev.viz`` (``ev.viz.gate_heatmap(gates)``, every plot of :mod:`engram_viz.viz`),
+  :func:`save_figure` (``ev.save_figure(ax, "fig.pdf", stamp=False)``: PDF, SVG, PNG or HTML)
 - the report: :func:`write_report` (what ``engram-viz report`` writes)
 - errors: :class:`EngramVizError`, the base of every error a user can cause
 - the widget: :class:`PromptComparison` and :func:`app`, and the notebook glue ``ev.notebook``
@@ -69,6 +70,7 @@ if TYPE_CHECKING:  # what a type checker and an editor see; at run time each nam
     from engram_viz.run.prompts import PROMPT_SETS, load_prompts, prompt_set_for, prompt_set_path
     from engram_viz.run.provenance import Provenance, layout_provenance, provenance_of
     from engram_viz.run.trace import Trace
+    from engram_viz.viz.export import save_figure
     from engram_viz.weights.checkpoint import open_checkpoint
     from engram_viz.weights.row_edits import RowOverlay, edit_rows, edit_tables
     from engram_viz.weights.synthetic import synthetic_checkpoint
@@ -120,6 +122,7 @@ _NAMES = {
     "layout_provenance": "engram_viz.run.provenance",
     "provenance_of": "engram_viz.run.provenance",
     "Trace": "engram_viz.run.trace",
+    "save_figure": "engram_viz.viz.export",
     "open_checkpoint": "engram_viz.weights.checkpoint",
     "RowOverlay": "engram_viz.weights.row_edits",
     "edit_rows": "engram_viz.weights.row_edits",
@@ -177,6 +180,7 @@ __all__ = [
     "prompt_set_path",
     "provenance_of",
     "row_lens",
+    "save_figure",
     "stream_selectivity",
     "synthetic_checkpoint",
     "training_counts",

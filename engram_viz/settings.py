@@ -10,7 +10,8 @@ variable                        meaning (default)
                                 app, the widget, the notebooks, ``Pipeline()``); an explicit checkpoint
                                 wins (unset: the embedded default ``data/tiny-engram``; ``weights.resolve``)
 ``ENGRAM_VIZ_CORPUS_TOKENS``    tokens the notebooks read per corpus file (60,000)
-``ENGRAM_VIZ_FIGURES_DIR``      where notebook 07 writes figures (``figures/`` at the repository root)
+``ENGRAM_VIZ_FIGURES_DIR``      where notebooks 07-09 write figures (``out/figures/`` at the repository
+                                root; ``figures`` regenerates the README's)
 ``ENGRAM_VIZ_PAUSE_AT``         tests only: a job stage (``report:tables``, ``corpus:counted``, ``swap``...)
                                 where ``report``/``corpus`` stop and wait to be interrupted (unset)
 ==============================  =====================================================================

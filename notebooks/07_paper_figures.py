@@ -21,9 +21,12 @@
 # with Chromium, PNG and SVG; the token-coloured text as HTML, PNG, PDF and SVG. Each file is
 # written atomically and checked.
 #
-# Where: `ENGRAM_VIZ_FIGURES_DIR` (CI points it at a temporary folder), else `figures/` in the
-# repository - all figures go to `paper/` inside it (not committed); the few small PNGs the README
-# shows go to the folder itself. Every figure carries the label of the model and weights that made it.
+# Where: `ENGRAM_VIZ_FIGURES_DIR` (CI points it at a temporary folder), else `out/figures/` in the
+# repository (git-ignored: nothing tracked is overwritten) - all figures go to `paper/` inside it;
+# the few small PNGs the README shows go to the folder itself (`ENGRAM_VIZ_FIGURES_DIR=figures`
+# regenerates the README's own). Every figure carries the label of the model and weights that made
+# it: drawn in a corner, and in the PDF/SVG/PNG metadata; `ev.save_figure(ax, "fig.pdf", stamp=False)`
+# leaves the corner clean and keeps the metadata.
 
 # %%
 import json
@@ -80,7 +83,7 @@ figures = {  # every figure stamps the provenance of the frame it draws
     "exposure_beside_gates": v.exposure_beside_gates(gates, "en_alexander"),
     "collisions_vs_expected": v.collisions_vs_expected(layout.tag(collisions.columns())),
     "heads_shared": v.heads_shared_vs_expected(layout.tag(collisions.heads_shared())),
-    "coverage_per_column": v.coverage_per_column(layout.tag(usage.coverage()), log=True),
+    "coverage_per_column": v.coverage_per_column(layout.tag(usage.coverage())),
     "row_rank_frequency": v.row_rank_frequency(layout.tag(usage.rank_frequency())),
     "touched_rows_map": v.touched_rows_map(usage, ev.EngramLayout(v41)),
     "gate_difference": v.gate_difference_heatmap(diff),
@@ -94,6 +97,15 @@ files.pivot_table(index="figure", columns="format", values="bytes", aggfunc="sum
 bad = files[files["check"] != "ok"]
 print(f"{len(files)} files, {len(bad)} not ok")
 bad
+
+# %% [markdown]
+# ## One figure for a paper
+# `ev.save_figure` writes any figure, the format from the suffix; `stamp=False` leaves the provenance
+# line out of the picture (cropped to what is drawn) and keeps it in the file's metadata.
+
+# %%
+one = ev.save_figure(figures["gate_heatmap"], paper / "gate_heatmap_clean.pdf", stamp=False)
+print(one, ev.notebook.check_file(one))
 
 # %% [markdown]
 # ## The README figures

@@ -10,9 +10,10 @@ between the suite and a notebook page. The analyses the stories run live in ``en
   PNG (the matplotlib ``fallback``: a plot's Axes or a Figure; or the plotly figure itself via kaleido when none is given
   and Chromium is there) in the same output, so a static viewer (GitHub) still shows a picture;
   ``setup()`` makes plotly emit its JSON mime type only (no ``<script>`` in any output).
-- **Figures**: ``figures_dir()`` is ``$ENGRAM_VIZ_FIGURES_DIR`` or ``figures/`` at the repository
-  root (notebook 07 writes there; CI points it at a temporary folder); ``export_figures`` writes
-  and checks them.
+- **Figures**: ``figures_dir()`` is ``$ENGRAM_VIZ_FIGURES_DIR`` or ``out/figures/`` at the
+  repository root (git-ignored: a run never writes over the README's tracked ``figures/``, which
+  a maintainer regenerates with ``ENGRAM_VIZ_FIGURES_DIR=figures``; CI points it at a temporary
+  folder); ``export_figures`` writes and checks them.
 """
 
 from __future__ import annotations
@@ -122,8 +123,9 @@ def show(fig: Any, fallback: Any = None, dpi: int = 110) -> Interactive:
 
 
 def figures_dir(default: str | Path | None = None) -> Path:
-    """``$ENGRAM_VIZ_FIGURES_DIR``, else ``default``, else ``figures/`` at the repository root (created)."""
-    path = Path(settings.figures_dir() or default or REPO / "figures")
+    """``$ENGRAM_VIZ_FIGURES_DIR``, else ``default``, else ``out/figures/`` at the repository root
+    (git-ignored; created). Never the tracked ``figures/`` unless the variable says so."""
+    path = Path(settings.figures_dir() or default or REPO / "out" / "figures")
     path.mkdir(parents=True, exist_ok=True)
     return path
 

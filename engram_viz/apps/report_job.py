@@ -11,13 +11,14 @@ checkpoint folder (None: ``$ENGRAM_VIZ_CHECKPOINT``, else the embedded default w
                               category, layer, stream), usage_columns, rank_frequency, hot_rows
                               (RowUsage), collision_columns, heads_shared, collision_examples
                               (CollisionStats) - all over the text positions of the prompt set
-    figures/<name>.png|.svg   gate distributions, per-prompt gate heatmaps, exposure beside gates,
+    figures/<name>.png|.svg|.pdf  gate distributions, per-prompt gate heatmaps, exposure beside gates,
                               token-coloured text, collisions vs expected, coverage, rank-frequency,
                               touched-row maps (a name from a prompt id goes through
                               ``_files.safe_name``: one component inside figures/, unique)
     trace/                    the run's Trace (``Trace.load`` reads it back)
+    prompts.<suffix>          a copy of the prompt file that ran
     manifest.json             provenance (model and weights, stream source, prompt file, versions)
-                              and every file written
+                              and every file written, all paths relative to the folder
 
 The folder is all or nothing (``engram_viz._files.atomic_folder``): the run is built in a hidden
 folder beside ``out`` and swapped in when complete, so ``out`` always holds one whole run (the
@@ -48,7 +49,7 @@ import pandas as pd
 import torch
 
 from engram_viz import settings
-from engram_viz._files import atomic_folder, atomic_write_text, safe_name, write_table
+from engram_viz._files import atomic_folder, atomic_write_bytes, atomic_write_text, safe_name, write_table
 from engram_viz.analysis.gates.summary import gate_summary
 from engram_viz.analysis.row_stats.collisions import CollisionStats
 from engram_viz.analysis.row_stats.trace_ngrams import collision_exposure, population_from_trace
@@ -65,7 +66,7 @@ from engram_viz.viz.export import check_offline_html, export_all
 from engram_viz.viz.report_page import Figure, Section, render_html
 from engram_viz.weights.resolve import weights_source
 
-FIGURE_FORMATS = ("png", "svg")
+FIGURE_FORMATS = ("png", "svg", "pdf")
 
 
 @dataclass
@@ -129,8 +130,10 @@ def _missing_glyphs(caught: list[warnings.WarningMessage]) -> list[str]:
     return list(names)
 
 
-def _draw_figures(sections: list[Section], out: Path) -> tuple[list[Section], dict[str, Figure], list[str]]:
-    """Draw and export each figure of the sections (one at a time, in page order) into
+def _draw_figures(
+    sections: list[Section], out: Path, say: Callable[[str], None]
+) -> tuple[list[Section], dict[str, Figure], list[str]]:
+    """Draw and export each figure of the sections (one at a time, in page order, each said) into
     ``out/figures``: the sections with the drawn figures in place of their specs, the figures by
     name, and the characters that no installed font has (drawn as boxes)."""
     figures: dict[str, Figure] = {}  # by file name: the spec's name (a prompt id in it) through safe_name
@@ -138,8 +141,10 @@ def _draw_figures(sections: list[Section], out: Path) -> tuple[list[Section], di
     taken: set[str] = set()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        for spec in (p for s in sections for p in s.parts if isinstance(p, FigureSpec)):
+        specs = [p for s in sections for p in s.parts if isinstance(p, FigureSpec)]
+        for k, spec in enumerate(specs, 1):
             name = safe_name(spec.name, taken)
+            say(f"figure {k}/{len(specs)}: {name}")
             axes = spec.draw()  # a plot's Axes (or array of them; export writes their figure), or a Figure
             files = tuple(export_all(axes, out / "figures" / name, FIGURE_FORMATS))
             figures[name] = drawn_of[id(spec)] = Figure(name, files, spec.title, spec.caption)
@@ -170,7 +175,8 @@ def _provenance(
         "dim": pipe.config.dim,
         "hc_mult": pipe.config.hc_mult,
         "layers": list(trace.layer_ids),
-        "prompts_file": str(prompts_file),
+        "prompts_file": f"prompts{prompts_file.suffix}",  # the copy in the run folder (relative, as every path)
+        "prompts_source": prompts_file.name,
         "prompt_set": prompts_file.stem if prompts_file.parent == prompt_set_path("default").parent else "custom",
         "prompts_sha256": hashlib.sha256(prompts_file.read_bytes()).hexdigest(),
         "n_prompts": trace.batch_size,
@@ -253,17 +259,19 @@ def _build_report(
     trace = pipe.run(prompt_set, names=["engram.*.dot"], progress=progress)
     trace = trace.with_extras(exposure=collision_exposure(trace, pipe.config))  # saved with the trace, a gates column
 
-    say("saving trace and tables")
+    say("saving the trace")
     trace.save(out / "trace")
+    atomic_write_bytes(out / f"prompts{prompts_file.suffix}", prompts_file.read_bytes())
+    say("counting row usage and collisions")
     frames, usage = _report_frames(trace, pipe)
     memory = trace_gate_memory(trace, pipe.lm, say)  # tiny LM only
     frames.update(memory.tables() if memory is not None else {})
+    say(f"writing {len(frames)} tables (parquet + csv)")
     tables = {name: write_table(df, out / "tables", name) for name, df in frames.items()}
     settings.pause_at("report:tables")
 
-    say("drawing figures")
     sections = report_sections(trace, frames, usage, pipe.config, theme, memory)
-    sections, figures, missing_glyphs = _draw_figures(sections, out)
+    sections, figures, missing_glyphs = _draw_figures(sections, out, say)
     if missing_glyphs:
         say(
             f"figures draw {len(missing_glyphs)} characters as boxes (no installed font has them): {', '.join(missing_glyphs)}"
@@ -271,6 +279,7 @@ def _build_report(
     settings.pause_at("report:figures")
 
     prov = _provenance(trace, pipe, prompts_file, mode, missing_glyphs)
+    say("writing the page")
     _write_manifest(out, prov, tables, figures)
     html_path = _write_page(render_html(prov, sections, out, theme), out)
     return Report(
@@ -306,5 +315,5 @@ def summary_text(report: Report) -> str:
     buf.write(f"report: {report.html}\n")
     buf.write(f"model: {p['model']}\nstreams: {p['streams']}\n")
     buf.write(f"{p['n_prompts']} prompts, {p['n_tokens']} positions; {len(report.tables)} tables, ")
-    buf.write(f"{len(report.figures)} figures (png + svg) in {report.out}\n")
+    buf.write(f"{len(report.figures)} figures ({' + '.join(FIGURE_FORMATS)}) in {report.out}\n")
     return buf.getvalue()

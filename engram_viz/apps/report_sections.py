@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from engram_viz.analysis.corpus.ngram_text import CASE_NOTE
 from engram_viz.analysis.gates.gate_memory import (
     GROUPS,
     OFTEN,
@@ -40,6 +41,11 @@ from engram_viz.viz.tokens import token_html
 from engram_viz.viz.usage_plots import coverage_per_column, row_rank_frequency, touched_rows_map
 
 MAX_SHOWCASE = 8  # prompts drawn as heatmaps: the first of each category, at most this many
+LAYER_TOTALS_NOTE = (
+    "distinct_ngrams: the distinct (order, n-gram) keys at the text positions, each counted once (the 8 heads "
+    "of an order read the same n-grams; the per-column table counts each n-gram in all 8). row_reads: text "
+    "positions x 24 columns. rows_touched / rows: rows read at least once, of the layer's table."
+)
 
 
 @dataclass(frozen=True)
@@ -86,7 +92,8 @@ def _memory_section(memory: GateMemory, theme: str) -> Section:
         "Left: mean gate (over streams) on text positions whose trigram the tiny LM read in "
         f"training at least {OFTEN} times, 1-{OFTEN - 1} times or never, and on random-token "
         "controls, per Engram layer. Right: mean gate per bin of that training count, with the "
-        "Spearman correlation of gate and log(1 + count). Tables gate_memory, gate_count_curve, "
+        "Spearman correlation of gate and log(1 + count); bars are 95% intervals of each bin's mean, n its "
+        "positions, bins with none left off. Tables gate_memory, gate_count_curve, "
         "loss_by_category (loss saved by the open gates, nats, per prompt category and group); "
         "memory_targets_by_order groups the positions by their bigram, trigram and 4-gram instead."
     )
@@ -165,7 +172,8 @@ def _gate_sections(trace: Trace, gates: pd.DataFrame, rows: pd.DataFrame, theme:
             f"gates_{pid}",
             lambda pid=pid: gate_heatmap(gates, pid, theme=theme),
             f"Gates of {pid!r}",
-            "Stream x position heatmap of the gates, all Engram layers stacked; image positions grey.",
+            "Stream x position heatmap of the gates, all Engram layers stacked; one cell and font size on every "
+            "prompt (a long prompt wraps onto further panels); an image span is one grey column.",
         )
         for pid in show
     )
@@ -221,7 +229,8 @@ def _collision_section(frames: dict[str, pd.DataFrame], theme: str) -> Section:
         )
     )
     if len(frames["collision_examples"]):
-        parts.append(Table(frames["collision_examples"], "Colliding n-grams (decoded)", max_rows=30))
+        note = f"{CASE_NOTE[0].upper()}{CASE_NOTE[1:]}."
+        parts.append(Table(frames["collision_examples"], "Colliding n-grams (decoded)", 30, note))
     intro = (
         "The key of an n-gram is its tuple of compressed ids (pads included), never its hash; a bucket collides "
         "when it holds two or more distinct keys of the prompt set. Expected figures are those of an ideal "
@@ -237,22 +246,20 @@ def _usage_section(frames: dict[str, pd.DataFrame], usage: RowUsage, config: Eng
     if not len(usage_cols) or not usage_cols["rows_touched"].sum():
         note = missing("No text n-grams in this prompt set (image spans only): no table row is read.")
         return Section("row-usage", "Row usage", "", (note,))
-    if len(usage_cols):
-        agg = usage_cols.groupby("layer", as_index=False)[["distinct_ngrams", "hits", "rows_touched", "prime"]].sum()
-        agg["coverage"] = agg["rows_touched"] / agg["prime"]
-        parts.append(Table(agg.rename(columns={"prime": "rows"})))
+    parts.append(Table(usage.layer_totals(), note=LAYER_TOTALS_NOTE))
     parts += [
         FigureSpec(
             "coverage",
-            lambda: coverage_per_column(usage_cols, theme=theme, log=True),
+            lambda: coverage_per_column(usage_cols, theme=theme),
             "Row coverage per column",
-            "Fraction of each column's rows read by the prompt set (rows touched / prime).",
+            "Fraction of each column's rows read by the prompt set (rows touched / prime), on a linear axis from 0.",
         ),
         FigureSpec(
             "rank_frequency",
-            lambda: row_rank_frequency(usage, theme=theme),
+            lambda: row_rank_frequency(frames["rank_frequency"], theme=theme),
             "Row rank-frequency",
-            "Hits of the r-th most read row, per layer (log-log).",
+            "Hits of the r-th most read row, per layer (log-log), n-grams of only BOS and pad (every prompt's "
+            "start) left out (RowUsage.rank_frequency(specials=True) keeps them).",
         ),
         FigureSpec(
             "touched_rows",
@@ -262,7 +269,11 @@ def _usage_section(frames: dict[str, pd.DataFrame], usage: RowUsage, config: Eng
         ),
     ]
     if len(frames["hot_rows"]):
-        parts.append(Table(frames["hot_rows"], "Hottest rows and the n-grams that landed there", max_rows=30))
+        note = (
+            "n-grams of only BOS and pad (every prompt's start) are left out (RowUsage.hot_rows(specials=True) "
+            f"keeps them). {CASE_NOTE[0].upper()}{CASE_NOTE[1:]}."
+        )
+        parts.append(Table(frames["hot_rows"], "Hottest rows and the n-grams that landed there", 30, note))
     return Section("row-usage", "Row usage", "", tuple(parts))
 
 

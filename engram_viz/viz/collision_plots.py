@@ -128,5 +128,5 @@ def heads_shared_vs_expected(
             axes[r, 0].set_ylabel("distinct n-grams")
         if ax is None:
             fig.supxlabel("heads (of 8) on which the n-gram shares its bucket", fontsize=8)
-        legend(fig, flat, ax is None, *axes[0, 0].get_legend_handles_labels(), 2)
+        legend(fig, flat, ax is None, *axes[0, 0].get_legend_handles_labels(), 2, side="upper")  # supxlabel below
     return drawn(axes, ax, heads_shared)

@@ -26,7 +26,8 @@ from matplotlib import colormaps
 from engram_viz.analysis.gates.comparison import AlignedDifference, PromptResult, aligned_difference
 from engram_viz.run.pipeline import Pipeline
 from engram_viz.viz.html_templates import macros
-from engram_viz.viz.style import Theme, display_piece, get_theme, text_color_on
+from engram_viz.viz.style import Theme, get_theme, text_color_on
+from engram_viz.viz.token_labels import image_label, token_label
 from engram_viz.viz.tokens import token_html
 
 DIFF_FLOOR = 0.05  # the difference colour scale spans at least +-0.05
@@ -96,7 +97,7 @@ def gate_grid_html(
             for li, layer in enumerate(layer_ids)
         ]
         rows = _grid_rows(np.full((n_layers, hc), t.image, dtype=object) if img else colours[p], cell)
-        text = html.escape(display_piece(piece)) if not img else "&#9633;"
+        text = html.escape(token_label(piece)) if not img else "&#9633;"
         parts.append(_grid_cell("\n".join(tip), text, rows, hc * cell, t.muted if img else t.foreground))
     legend = _M.grid_legend(t, layer_ids, hc, Markup(_gradient(_hex(t.heat_cmap(np.linspace(0, 1, 11))))))
     return panel_box(t, _M.grid(Markup("".join(parts)), Markup(legend)), label)
@@ -128,20 +129,27 @@ def _in_image_run(a: PromptResult, b: PromptResult, i: int | None, j: int | None
     return i is not None and bool(a.is_image[i])
 
 
-def _image_chip(positions: list[int], lb: str, t: Theme) -> str:
-    """One grey chip for an image span of B (its gates are 0 in both prompts)."""
-    span = f"{min(positions)}-{max(positions)} ({len(positions)} tokens)"
-    return _M.image_chip(t, f"image span: {lb} positions {span}; gates 0 (masked) in both", len(positions))
+def _image_chip(run: list[tuple], labels: tuple[str, str], t: Theme) -> str:
+    """One grey chip for a run of image positions (pairs ``(i, j, kind)``: B's span, paired with
+    A's or not, or a span only A has); their gates are 0 (masked)."""
+    sides = []
+    for k, label in ((1, labels[1]), (0, labels[0])):
+        pos = [p[k] for p in run if p[k] is not None]
+        if pos:
+            sides.append(f"{label} positions {min(pos)}-{max(pos)} ({len(pos)} tokens)")
+    only = "" if len(sides) == 2 else f" (only in {labels[0] if run[0][1] is None else labels[1]})"
+    n = max(sum(p[1] is not None for p in run), sum(p[0] is not None for p in run))
+    return _M.image_chip(t, f"image span{only}: {'; '.join(sides)}; gates 0 (masked)", image_label(n))
 
 
 def _deleted(piece: str, i: int, la: str, t: Theme) -> str:
-    return _M.deleted(t, f"only in {la}: {piece!r} (position {i})", display_piece(piece))
+    return _M.deleted(t, f"only in {la}: {piece!r} (position {i})", token_label(piece))
 
 
 def _inserted(piece: str, j: int, labels: tuple[str, str], t: Theme) -> str:
     la, lb = labels
     tip = f"{piece!r}  {lb} position {j}: only in {lb} (no partner in {la})"
-    return _M.inserted(t, tip, display_piece(piece))
+    return _M.inserted(t, tip, token_label(piece))
 
 
 class _DifferenceColours:
@@ -173,7 +181,7 @@ def _paired(
 ) -> str:
     """Paired token ``k`` of B coloured by its difference: one chip, or a grid of all its gates."""
     (i, j), la, lb = d.paired[k], *labels
-    piece, text = b.pieces[j], html.escape(display_piece(b.pieces[j]))
+    piece, text = b.pieces[j], html.escape(token_label(b.pieces[j]))
     head = f"{piece!r}  {lb} position {j} <-> {la} position {i} {a.pieces[i]!r} ({kind})"
     if d.all_gates:
         diff = d.diff[k]  # [L, hc]
@@ -204,11 +212,11 @@ def _difference_tokens(
     parts, idx, pairs = [], 0, d.pairs
     while idx < len(pairs):
         i, j, kind = pairs[idx]
-        if j is not None and _in_image_run(a, b, i, j):
+        if _in_image_run(a, b, i, j):
             end = idx + 1
             while end < len(pairs) and _in_image_run(a, b, pairs[end][0], pairs[end][1]):
                 end += 1
-            parts.append(_image_chip([pj for _, pj, _ in pairs[idx:end] if pj is not None], labels[1], t))
+            parts.append(_image_chip(pairs[idx:end], labels, t))
             idx = end
             continue
         idx += 1

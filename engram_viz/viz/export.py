@@ -24,6 +24,7 @@ from matplotlib.figure import Figure
 
 from engram_viz._files import atomic_write_bytes, atomic_write_text, atomic_writer
 from engram_viz.errors import BrowserNotFoundError, ExportError, InputError, InputTypeError
+from engram_viz.viz.stamps import PROVENANCE, stamp_text
 from engram_viz.viz.style import figure_of, paper_rc
 from engram_viz.viz.tokens import TokenView
 
@@ -49,22 +50,43 @@ _REMOTE = re.compile(
 _EXPORT_ONLY_RC = {"pdf.fonttype": 42, "ps.fonttype": 42, "svg.fonttype": "none", "svg.hashsalt": "engram-viz"}
 
 
-def save_matplotlib(fig: Any, path: str | os.PathLike, *, dpi: float = 200, fmt: str | None = None) -> Path:
+def _metadata(fmt: str, provenance: str | None) -> dict[str, Any]:
+    """The file's metadata: the provenance a stamp shows (PDF Subject, SVG Description, PNG
+    Description), the creator, and no dates (files are reproducible)."""
+    about = {"pdf": "Subject", "svg": "Description", "png": "Description"}[fmt]
+    base: dict[str, Any] = {"pdf": {"CreationDate": None, "Creator": "engram-viz"}, "svg": {"Date": None}}.get(fmt, {})
+    return base | ({about: provenance} if provenance else {})
+
+
+def save_matplotlib(
+    fig: Any, path: str | os.PathLike, *, dpi: float = 200, fmt: str | None = None, stamp: bool = True
+) -> Path:
     """Save a matplotlib figure as PDF, SVG or PNG (format from ``fmt`` or the suffix); ``fig`` may
     be what a plot returned (an Axes or an array of them): their figure is saved.
 
     PDF embeds TrueType fonts (fonttype 42), SVG keeps text as text (fonttype 'none'), PNG is
     ``int(width_in * dpi) x int(height_in * dpi)`` pixels. Figures of ``engram_viz.viz`` are
-    saved under their theme's settings; dates are left out so that files are reproducible.
+    saved under their theme's settings; dates are left out so that files are reproducible. The
+    provenance a figure is stamped with goes into the file's metadata; ``stamp=False`` leaves the
+    stamp off the picture (the figure cropped to what is drawn), the metadata still says it.
     """
     fig, fmt = figure_of(fig), _format_of(path, fmt)
     if fmt not in MATPLOTLIB_FORMATS:
         raise InputError(f"a matplotlib figure exports as {list(MATPLOTLIB_FORMATS)}, not {fmt!r} ({path})")
     theme = getattr(fig, "engram_viz_theme", None)
     rc = paper_rc(theme) if theme else _EXPORT_ONLY_RC
-    metadata = {"pdf": {"CreationDate": None, "Creator": "engram-viz"}, "svg": {"Date": None}, "png": None}[fmt]
-    with matplotlib.rc_context(rc), atomic_writer(path, "wb") as fh:
-        fig.savefig(fh, format=fmt, dpi=dpi, metadata=metadata)
+    metadata = _metadata(fmt, getattr(fig, PROVENANCE, None))
+    drawn = stamp_text(fig)
+    hide = drawn is not None and not stamp and drawn.get_visible()
+    crop = {"bbox_inches": "tight", "pad_inches": 0.03} if hide else {}
+    try:
+        if hide:
+            drawn.set_visible(False)
+        with matplotlib.rc_context(rc), atomic_writer(path, "wb") as fh:
+            fig.savefig(fh, format=fmt, dpi=dpi, metadata=metadata, **crop)
+    finally:
+        if hide:
+            drawn.set_visible(True)
     return Path(path)
 
 
@@ -221,22 +243,24 @@ def save_figure(
     width: int | None = None,
     height: int | None = None,
     scale: float = 1.0,
+    stamp: bool = True,
 ) -> Path:
     """Save any supported figure to ``path``, the format taken from the suffix (a plot's Axes saves
-    its figure). ``dpi`` applies to matplotlib output, ``width`` / ``height`` / ``scale`` to plotly
-    static output."""
+    its figure): ``ev.save_figure(ax, "fig.pdf")``. ``dpi`` applies to matplotlib output,
+    ``width`` / ``height`` / ``scale`` to plotly static output; ``stamp=False`` leaves a matplotlib
+    figure's provenance stamp off the picture and in the file's metadata only."""
     fig = figure_of(fig)
     kind, fmt = figure_kind(fig), _format_of(path, None)
     if fmt not in _SUPPORTED[kind]:
         raise InputError(f"a {kind} figure exports as {list(_SUPPORTED[kind])}, not {fmt!r} ({path})")
     if kind == "matplotlib":
-        return save_matplotlib(fig, path, dpi=dpi)
+        return save_matplotlib(fig, path, dpi=dpi, stamp=stamp)
     if kind == "html":
         return save_html(fig, path)
     if kind == "token_view":
         if fmt == "html":
             return save_html(fig.html(full_page=True), path)
-        return save_matplotlib(fig.figure(), path, dpi=dpi)
+        return save_matplotlib(fig.figure(), path, dpi=dpi, stamp=stamp)
     if fmt == "html":
         return save_html(plotly_html(fig), path)
     return save_plotly_image(fig, path, width=width, height=height, scale=scale)
@@ -251,12 +275,14 @@ def export_all(
     width: int | None = None,
     height: int | None = None,
     scale: float = 1.0,
+    stamp: bool = True,
 ) -> list[Path]:
     """Write ``fig`` as ``stem.<format>`` for each format and return the paths in that order; a
     plot's Axes (or its array of Axes) writes its figure: ``export_all(ax, stem)``.
 
     Default formats: matplotlib pdf, svg, png; plotly html, png, svg; TokenView html, png, pdf,
-    svg. Each file is written atomically; plotly static formats share one browser session. Raises
+    svg. ``stamp=False`` as in :func:`save_figure`. Each file is written atomically; plotly static
+    formats share one browser session. Raises
     before writing anything when a format is not supported for the figure.
     """
     fig = figure_of(fig)
@@ -278,7 +304,7 @@ def export_all(
         if fmt in rendered:
             atomic_write_bytes(paths[fmt], rendered[fmt])
         elif figure is not None and fmt != "html":
-            save_matplotlib(figure, paths[fmt], dpi=dpi)
+            save_matplotlib(figure, paths[fmt], dpi=dpi, stamp=stamp)
         else:
-            save_figure(fig, paths[fmt], dpi=dpi, width=width, height=height, scale=scale)
+            save_figure(fig, paths[fmt], dpi=dpi, width=width, height=height, scale=scale, stamp=stamp)
     return [paths[f] for f in wanted]

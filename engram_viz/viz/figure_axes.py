@@ -18,7 +18,8 @@ from matplotlib.transforms import blended_transform_factory
 
 from engram_viz.errors import InputError
 from engram_viz.viz.stamps import stamp
-from engram_viz.viz.style import Theme, display_piece, get_theme, paper_rc, themed_figure
+from engram_viz.viz.style import Theme, get_theme, paper_rc, themed_figure
+from engram_viz.viz.token_labels import token_labels
 
 AxesArg = Axes | Sequence[Axes] | None
 
@@ -61,10 +62,14 @@ def drawn(
     return panels if isinstance(panels, Axes) or ax is None else ax
 
 
-def legend(fig: Figure, axes: list[Axes], owned: bool, handles: list, labels: list, ncols: int) -> None:
-    """A legend below the figure when the plot made it, else in the first of the given axes."""
+def legend(
+    fig: Figure, axes: list[Axes], owned: bool, handles: list, labels: list, ncols: int, side: str = "lower"
+) -> None:
+    """A legend outside the panels, below them (``side='upper'``: above, where a figure label takes
+    the bottom; the layout keeps the two apart) when the plot made the figure, else in the first
+    of the given axes."""
     if owned:
-        fig.legend(handles, labels, loc="outside lower center", ncols=ncols)
+        fig.legend(handles, labels, loc=f"outside {side} center", ncols=ncols)
     else:
         axes[0].legend(handles, labels)
 
@@ -74,16 +79,12 @@ def token_ticks(ax: Axes, tokens: Sequence[str], max_labels: int = 120, fontsize
     n = len(tokens)
     step = max(1, math.ceil(n / max_labels))
     ticks = list(range(0, n, step))
-    labels = [display_piece(tokens[i]) if step == 1 else f"{i} {display_piece(tokens[i])}" for i in ticks]
+    shown = token_labels(tokens)[0]
+    labels = [shown[i] if step == 1 else f"{i} {shown[i]}" for i in ticks]
     ax.set_xticks(ticks, labels, rotation=90, fontsize=fontsize)
     for label in ax.get_xticklabels():
         label.set_parse_math(False)
     ax.tick_params(axis="x", length=0, pad=2)
-
-
-def heatmap_width(n_tokens: int, width: float | None) -> float:
-    """Figure width in inches for a heatmap of ``n_tokens`` columns (``width`` if given)."""
-    return width if width is not None else float(np.clip(1.3 + 0.15 * n_tokens, 4.0, 14.0))
 
 
 def column_axis(ax: Axes, orders: Sequence[int], n_heads: int, t: Theme) -> None:

@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from engram_viz.errors import FrameError
-from engram_viz.viz.figure_axes import AxesArg, drawn, heatmap_width, legend, plot_axes, token_ticks
+from engram_viz.viz.figure_axes import AxesArg, drawn, legend, plot_axes
 from engram_viz.viz.frames import (
     GATE_COLUMNS,
     gate_table,
@@ -29,7 +29,17 @@ from engram_viz.viz.frames import (
     require_columns,
     stream_columns,
 )
-from engram_viz.viz.style import Theme, display_piece
+from engram_viz.viz.style import Theme
+from engram_viz.viz.token_heatmap import (
+    TICK_PT,
+    TITLE_IN,
+    WIDTH_IN,
+    TokenAxis,
+    draw_token_heatmap,
+    heatmap_size,
+    token_axis,
+)
+from engram_viz.viz.token_labels import token_label
 
 DIFF_COLUMNS = ("pair", "kind", "token_a", "token_b", "layer", "stream", "diff")
 
@@ -53,42 +63,57 @@ def _gate_rows(
     return np.vstack(blocks), labels, tokens, image
 
 
+def _panel_count(ax: AxesArg, panels: int) -> int:
+    """Panels to draw: as many as the prompt needs in a new figure, else as many Axes as given."""
+    return panels if ax is None else 1 if isinstance(ax, Axes) else len(list(ax))
+
+
 def gate_heatmap(
     gates: pd.DataFrame,
     prompt: str | None = None,
     *,
     layer: int | Sequence[int] | None = None,
-    ax: Axes | None = None,
+    ax: AxesArg = None,
     theme: str | Theme = "light",
     width: float | None = None,
     vmin: float = 0.0,
     vmax: float = 1.0,
-) -> Axes:
+) -> Axes | np.ndarray | Sequence[Axes]:
     """Stream x position heatmap of one prompt's gates; all layers stacked (all 8 gates on V4.1)
-    unless ``layer`` picks some. Image positions are grey. Returns the Axes.
+    unless ``layer`` picks some. Cells and fonts have one size on every prompt
+    (``viz.token_heatmap``): a long prompt wraps onto further panels below, at most ``width``
+    inches wide (default 7); an image span is one grey column. Returns the Axes (the panels, an
+    array, when the prompt wraps; ``ax``: one Axes, or a sequence to wrap into).
 
     gates: prompt, position, token, is_image, layer, stream, gate.
     """
     require_columns(gates, GATE_COLUMNS, "gates")
     prompt = pick_one(gates, "prompt", prompt, "gates")
     layers = pick_layers(gates, layer, "gates")
-    matrix, labels, tokens, _ = _gate_rows(gates, prompt, layers)
-    height = 1.2 + 0.2 * len(labels) + 0.06 * max(len(display_piece(s)) for s in tokens)
-    size = (heatmap_width(len(tokens), width), min(height, 9.0))
-    with plot_axes(ax, theme, size, 1, lambda fig: fig.add_subplot()) as (fig, t, (axes,)):
-        im = axes.imshow(
-            np.ma.masked_invalid(matrix), aspect="auto", cmap=t.heat_cmap, vmin=vmin, vmax=vmax, interpolation="nearest"
+    matrix, labels, tokens, image = _gate_rows(gates, prompt, layers)
+    axis = token_axis(tokens, image)
+    size, panels = heatmap_size(len(labels), axis, width)
+    n = _panel_count(ax, panels)
+
+    def make(fig: Figure):
+        return fig.subplots(n, 1, squeeze=False)[:, 0]
+
+    with plot_axes(ax, theme, size, n, make) as (fig, t, axes):
+        draw_token_heatmap(
+            fig,
+            axes,
+            axis.values(matrix),
+            labels,
+            axis,
+            cmap=t.heat_cmap,
+            vmin=vmin,
+            vmax=vmax,
+            t=t,
+            group_rows=len(labels) // len(layers),
+            colorbar="gate",
         )
-        axes.set_yticks(range(len(labels)), labels)
-        n_streams = len(labels) // len(layers)
-        for k in range(1, len(layers)):
-            axes.axhline(k * n_streams - 0.5, color=t.background, linewidth=2.0)
-        token_ticks(axes, tokens)
-        axes.set_title(f"{prompt}: gate per stream and position", loc="left")
-        for side in ("left", "bottom"):
-            axes.spines[side].set_visible(False)
-        fig.colorbar(im, ax=axes, label="gate", fraction=0.04, pad=0.01, aspect=15).outline.set_visible(False)
-    return drawn(axes, ax, gates)
+        axes[0].set_title(f"{prompt}: gate per stream and position", loc="left")
+    return drawn(axes[0] if n == 1 else axes, ax, gates)
 
 
 def _stream_boxes(ax: Axes, at: pd.DataFrame, by: str, groups: list, streams: list[int], t: Theme) -> None:
@@ -166,27 +191,51 @@ def gate_distributions(
     return drawn(axes, ax, gates)
 
 
-def _exposure_panels(fig: Figure, top: Axes, bottom: Axes, lay: int, table: pd.DataFrame, t: Theme) -> None:
-    """One layer: the stream x position gates in ``top``, each position's exposure as bars below."""
+def _exposure_panels(
+    fig: Figure, top: Axes, bottom: Axes, lay: int, table: pd.DataFrame, axis: TokenAxis, t: Theme
+) -> None:
+    """One layer: the stream x token gates in ``top``, each token's exposure as bars below; when
+    exposure is the same at every text position the bars say so in words (nothing to correlate)."""
     streams = stream_columns(table)
     image = table["is_image"].to_numpy()
-    values = np.array(table[streams], dtype=float).T
-    values[:, image] = np.nan
+    values = axis.values(np.array(table[streams], dtype=float).T)
     im = top.imshow(
-        np.ma.masked_invalid(values), aspect="auto", cmap=t.heat_cmap, vmin=0, vmax=1, interpolation="nearest"
+        np.ma.masked_invalid(values),
+        aspect="auto",
+        cmap=t.heat_cmap.with_extremes(bad=t.image),
+        vmin=0,
+        vmax=1,
+        interpolation="nearest",
     )
     top.set_yticks(range(len(streams)), [f"s{int(s)}" for s in streams])
     exposure = table["exposure"].to_numpy(dtype=float)
-    colours = [t.image if img else t.palette[1] for img in image]
-    bottom.bar(np.arange(len(table)), exposure, width=0.85, color=colours)
+    text_exposure, mean_gate = exposure[~image], reduce_streams(table, "mean")[~image]
     bottom.set_ylim(0, 24)
     bottom.set_yticks([0, 12, 24])
     bottom.set_ylabel("shared\nrows", fontsize=7)
-    mean_gate = reduce_streams(table, "mean")[~image]
-    r = np.nan
-    if (~image).sum() > 2 and np.std(exposure[~image]) > 0 and np.std(mean_gate) > 0:
-        r = float(np.corrcoef(exposure[~image], mean_gate)[0, 1])
-    top.set_title(f"layer {lay}: gates; collision exposure below (r = {r:.2f})", loc="left")
+    if len(text_exposure) and np.ptp(text_exposure) == 0:
+        top.set_title(f"layer {lay}: gates", loc="left")
+        why = "\n(every row shared: a table small against its corpus)" if text_exposure[0] == 24 else ""
+        bottom.text(
+            0.0,
+            0.5,
+            f"collision exposure is {int(text_exposure[0])}/24 at every text position: nothing varies{why}",
+            transform=bottom.transAxes,
+            ha="left",
+            va="center",
+            fontsize=7,
+            color=t.muted,
+        )
+        bottom.set_yticks([])
+        bottom.set_ylabel("")
+        for side in ("left", "top", "right"):
+            bottom.spines[side].set_visible(False)
+    else:
+        bar_values = axis.values(exposure[None, :])[0]
+        bottom.bar(np.arange(len(axis)), np.nan_to_num(bar_values), width=0.85, color=t.palette[1])
+        r = float(np.corrcoef(text_exposure, mean_gate)[0, 1]) if len(mean_gate) > 2 and np.ptp(mean_gate) else None
+        shown = "r undefined: the gate is constant" if r is None else f"r = {r:.2f}"
+        top.set_title(f"layer {lay}: gates; collision exposure below ({shown})", loc="left")
     bar = fig.colorbar(im, ax=[top, bottom], fraction=0.04, pad=0.01, aspect=12, label="gate")
     bar.outline.set_visible(False)
 
@@ -200,11 +249,12 @@ def exposure_beside_gates(
     theme: str | Theme = "light",
     width: float | None = None,
 ) -> np.ndarray | Sequence[Axes]:
-    """Per layer, the stream x position gate heatmap above a bar chart of each position's collision
+    """Per layer, the stream x token gate heatmap above a bar chart of each token's collision
     exposure (0..24 of its rows shared with another n-gram); r is the Pearson correlation of
-    exposure with the mean gate over text positions. ``ax``: two Axes per layer (gates, bars).
-    Returns the panels: an array of Axes, gates and bars of each layer in turn (the given ``ax``
-    as given).
+    exposure with the mean gate over text positions. Where exposure is the same at every text
+    position (a small table against a large corpus: 24/24) the bars give way to a sentence saying
+    so. An image span is one grey column. ``ax``: two Axes per layer (gates, bars). Returns the
+    panels: an array of Axes, gates and bars of each layer in turn (the given ``ax`` as given).
 
     gates: prompt, position, token, is_image, layer, stream, gate, exposure.
     """
@@ -212,18 +262,24 @@ def exposure_beside_gates(
     prompt = pick_one(gates, "prompt", prompt, "gates")
     layers = pick_layers(gates, layer, "gates")
     tables = [gate_table(gates, prompt, lay) for lay in layers]
-    tokens = tables[0]["token"].tolist()
+    axis = token_axis(tables[0]["token"].tolist(), tables[0]["is_image"].to_numpy())
     ratios = [r for _ in layers for r in (4, 1.8)]
-    height = min(1.0 + 1.5 * len(layers) + 0.06 * max(len(display_piece(s)) for s in tokens), 10.0)
-    size = (width if width is not None else max(heatmap_width(len(tokens), None), 5.0), height)
+    one, _ = heatmap_size(4, axis, None)
+    size = (
+        width if width is not None else float(np.clip(one[0], 5.0, WIDTH_IN)),
+        TITLE_IN + 1.6 * len(layers) + one[1] - 1.1,
+    )
 
     def make(fig: Figure):
         return fig.subplots(2 * len(layers), 1, sharex=True, height_ratios=ratios)
 
     with plot_axes(ax, theme, size, 2 * len(layers), make) as (fig, t, axes):
         for k, (lay, table) in enumerate(zip(layers, tables)):
-            _exposure_panels(fig, axes[2 * k], axes[2 * k + 1], lay, table, t)
-        token_ticks(axes[-1], tokens)
+            _exposure_panels(fig, axes[2 * k], axes[2 * k + 1], lay, table, axis, t)
+        axes[-1].set_xticks(range(len(axis)), axis.labels, rotation=90, fontsize=TICK_PT)
+        for label in axes[-1].get_xticklabels():
+            label.set_parse_math(False)
+        axes[-1].tick_params(axis="x", length=0, pad=2)
         if ax is None:
             fig.suptitle(str(prompt), x=0.01, ha="left", fontsize=9.5)
     return drawn(axes, ax, gates)
@@ -237,7 +293,7 @@ def diff_matrix(diff: pd.DataFrame) -> tuple[np.ndarray, list[str], list[str], f
     wide = wide.reindex(columns=sorted(pd.unique(diff["pair"])))
     first = diff.drop_duplicates("pair").set_index("pair").loc[wide.columns]
     labels = [
-        display_piece(tb) if kind != "delete" else "-" + display_piece(ta)
+        token_label(tb) if kind != "delete" else "-" + token_label(ta)
         for ta, tb, kind in zip(first["token_a"], first["token_b"], first["kind"])
     ]
     matrix = wide.to_numpy(dtype=float)
@@ -247,37 +303,53 @@ def diff_matrix(diff: pd.DataFrame) -> tuple[np.ndarray, list[str], list[str], f
     return matrix, rows, labels, scale
 
 
+def _diff_axis(diff: pd.DataFrame, labels: list[str]) -> TokenAxis:
+    """The difference's columns: one per aligned pair, one per run of image pairs (``is_image``)."""
+    first = diff.drop_duplicates("pair").sort_values("pair")
+    image = first["is_image"].to_numpy(dtype=bool) if "is_image" in first.columns else np.zeros(len(first), bool)
+    return token_axis(labels, image)  # the labels are token labels already: shown as they are
+
+
 def gate_difference_heatmap(
     diff: pd.DataFrame,
     *,
-    ax: Axes | None = None,
+    ax: AxesArg = None,
     theme: str | Theme = "light",
     width: float | None = None,
     title: str | None = None,
-) -> Axes:
+) -> Axes | np.ndarray | Sequence[Axes]:
     """Gate of prompt B minus prompt A per aligned token (x) and (layer, stream) (y), on a
     diverging, colour-blind-safe map scaled to the largest absolute difference (at least 0.05).
-    Tokens only in one prompt are grey; x labels are B's tokens ('-tok' for A's deleted ones).
-    Returns the Axes.
+    Tokens only in one prompt are grey; x labels are B's tokens ('-tok' for A's deleted ones); an
+    image span is one grey column; cells and fonts as in :func:`gate_heatmap` (long pairs wrap).
+    Returns the Axes (the panels when it wraps).
 
-    diff: pair, kind, token_a, token_b, layer, stream, diff (``engram_viz.analysis.gates.comparison.gate_difference``).
+    diff: pair, kind, token_a, token_b, layer, stream, diff [, is_image]
+    (``engram_viz.analysis.gates.comparison.gate_difference``).
     """
     matrix, rows, labels, scale = diff_matrix(diff)
     a, b = diff.attrs.get("prompts", ("A", "B"))
-    height = 1.2 + 0.2 * len(rows) + 0.06 * max((len(s) for s in labels), default=1)
-    size = (heatmap_width(len(labels), width), min(height, 9.0))
-    with plot_axes(ax, theme, size, 1, lambda fig: fig.add_subplot()) as (fig, t, (axes,)):
-        cmap = colormaps["berlin" if t.name == "dark" and "berlin" in colormaps else "RdBu_r"].with_extremes(
-            bad=t.image
+    axis = _diff_axis(diff, labels)
+    size, panels = heatmap_size(len(rows), axis, width)
+    n = _panel_count(ax, panels)
+
+    def make(fig: Figure):
+        return fig.subplots(n, 1, squeeze=False)[:, 0]
+
+    with plot_axes(ax, theme, size, n, make) as (fig, t, axes):
+        cmap = colormaps["berlin" if t.name == "dark" and "berlin" in colormaps else "RdBu_r"]
+        draw_token_heatmap(
+            fig,
+            axes,
+            axis.values(matrix),
+            rows,
+            axis,
+            cmap=cmap,
+            vmin=-scale,
+            vmax=scale,
+            t=t,
+            group_rows=int(pd.unique(diff["stream"]).size),
+            colorbar=f"gate {b} - {a}",
         )
-        im = axes.imshow(
-            np.ma.masked_invalid(matrix), aspect="auto", cmap=cmap, vmin=-scale, vmax=scale, interpolation="nearest"
-        )
-        axes.set_yticks(range(len(rows)), rows)
-        token_ticks(axes, labels)
-        axes.set_title(title or f"gate {b} - gate {a} per aligned token (grey: no partner)", loc="left")
-        for side in ("left", "bottom"):
-            axes.spines[side].set_visible(False)
-        bar = fig.colorbar(im, ax=axes, label=f"gate {b} - {a}", fraction=0.04, pad=0.01, aspect=15)
-        bar.outline.set_visible(False)
-    return drawn(axes, ax, diff)
+        axes[0].set_title(title or f"gate {b} - gate {a} per aligned token (grey: no partner)", loc="left")
+    return drawn(axes[0] if n == 1 else axes, ax, diff)

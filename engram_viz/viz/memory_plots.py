@@ -26,7 +26,8 @@ def gate_vs_memory(
     theme: str | Theme = "light",
 ) -> np.ndarray | AxesArg:
     """Left: mean gate (over streams) per memory group, one bar per Engram layer. Right: mean gate
-    per bin of the position's training n-gram count, one line per layer, Spearman in the legend.
+    per bin of the position's training n-gram count, one line per layer with the 95% interval of
+    each mean, the bin's positions (n) under its label, Spearman in the legend; empty bins left off.
     Returns the panels: an array of the two Axes (left, right; the given ``ax`` as given)."""
     layers = sorted(int(x) for x in pd.unique(summary["layer"]))
     groups = [g for g in GROUP_LABELS if g in set(summary["group"].astype(str))]
@@ -50,12 +51,17 @@ def gate_vs_memory(
         left.legend(fontsize=7)
         bins = list(curve["count_bin"].cat.categories) if hasattr(curve["count_bin"], "cat") else []
         bins = bins or list(pd.unique(curve["count_bin"]))
+        bins = [b for b in bins if (curve["count_bin"] == b).any()]  # an empty bin has no point to draw
         for i, layer in enumerate(layers):
             c = curve[curve["layer"] == layer]
-            xs = [bins.index(b) for b in c["count_bin"]]
+            xs = np.array([bins.index(b) for b in c["count_bin"]]) + (i - (len(layers) - 1) / 2) * 0.08
+            colour = t.palette[i % len(t.palette)]
             label = f"layer {layer} (Spearman {rho.get(layer, float('nan')):.2f})"
-            right.plot(xs, c["mean_gate"], "o-", ms=3, color=t.palette[i % len(t.palette)], label=label)
-        right.set_xticks(range(len(bins)), [str(b) for b in bins])
+            right.plot(xs, c["mean_gate"], "o-", ms=3, color=colour, label=label)
+            if {"ci_low", "ci_high"} <= set(c.columns):  # the 95% interval of each bin's mean
+                right.vlines(xs, c["ci_low"], c["ci_high"], color=colour, linewidth=1.0, alpha=0.7)
+        n = curve.groupby("count_bin", observed=True)["n"].max()
+        right.set_xticks(range(len(bins)), [f"{b}\nn={int(n[b]):,}" for b in bins], fontsize=7)
         right.set_xlabel("times the model read the position's trigram in training")
         right.set_ylim(0, 1)
         right.set_title("gate vs training count", loc="left")

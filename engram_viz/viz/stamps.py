@@ -10,6 +10,7 @@ figure by hand.
 from __future__ import annotations
 
 import html
+import textwrap
 from typing import Any
 
 from matplotlib.figure import Figure
@@ -17,10 +18,39 @@ from matplotlib.figure import Figure
 from engram_viz.errors import InputTypeError
 from engram_viz.run.provenance import Provenance, provenance_of
 from engram_viz.viz.html_templates import render, synthetic_warning
-from engram_viz.viz.style import THEMES, Theme, figure_of, get_theme
+from engram_viz.viz.style import STAMP_PT, THEMES, Theme, figure_of, get_theme
 
 _STAMP = "_engram_viz_stamp"  # the matplotlib Text a figure was stamped with (restamping replaces it)
 _TITLE = "_engram_viz_title"  # a TokenView's own title, before its stamp
+PROVENANCE = "engram_viz_provenance"  # the full stamp text on a figure: export writes it into the file's metadata
+
+
+def stamp_lines(text: str, per_line: int, max_lines: int | None) -> str:
+    """``text`` wrapped at ``per_line`` characters, at most ``max_lines`` lines (the last cut with
+    '…'; the whole text goes into the file's metadata)."""
+    lines = textwrap.wrap(text, per_line) or [""]
+    if max_lines is not None and len(lines) > max_lines:
+        lines = lines[:max_lines]
+        lines[-1] = lines[-1][: per_line - 1].rstrip() + "\u2026"
+    return "\n".join(lines)
+
+
+def _fit(fig: Figure, drawn: Any, text: str) -> None:
+    """Set the stamp ``text`` wrapped to the figure's width (measured), in at most the lines its
+    layout keeps free at the bottom (``style.themed_figure``; any number on a figure of the caller's)."""
+    max_lines = getattr(fig, "engram_viz_stamp_lines", None)
+    room = fig.bbox.width * 0.99 - drawn.get_window_extent().x0
+    per_line = max(20, int(fig.get_figwidth() * 72 / (STAMP_PT * 0.5)))  # a first guess, then measured
+    while True:
+        drawn.set_text(stamp_lines(text, per_line, max_lines))
+        if per_line <= 20 or drawn.get_window_extent(fig.canvas.get_renderer()).width <= room:
+            return
+        per_line -= 4
+
+
+def stamp_text(fig: Figure) -> Any:
+    """The stamp drawn on a matplotlib figure (a Text), or None."""
+    return getattr(fig, _STAMP, None)
 
 
 def stamp(fig: Any, source: Any) -> Any:
@@ -41,12 +71,13 @@ def stamp(fig: Any, source: Any) -> Any:
         text = found.label
     if isinstance(fig, Figure):
         colour = THEMES.get(getattr(fig, "engram_viz_theme", "light"), THEMES["light"]).muted
-        old = getattr(fig, _STAMP, None)
-        if old is not None:
-            old.set_text(text)
-        else:
-            drawn = fig.text(0.003, 0.003, text, fontsize=5.5, color=colour, ha="left", va="bottom", parse_math=False)
+        setattr(fig, PROVENANCE, text)
+        drawn = getattr(fig, _STAMP, None)
+        if drawn is None:
+            drawn = fig.text(0.004, 0.004, "", fontsize=STAMP_PT, color=colour, ha="left", va="bottom")
+            drawn.set_parse_math(False)
             setattr(fig, _STAMP, drawn)
+        _fit(fig, drawn, text)
     elif hasattr(fig, "update_layout"):  # plotly
         title = fig.layout.title.text or ""
         fig.update_layout(title={"text": title, "subtitle": {"text": html.escape(text)}}, margin={"t": 70})

@@ -23,6 +23,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import Colormap, LinearSegmentedColormap, to_rgb
 from matplotlib.figure import Figure
+from matplotlib.layout_engine import ConstrainedLayoutEngine
 
 from engram_viz.errors import CJKFontMissingError, CJKFontWarning, InputError
 
@@ -240,21 +241,12 @@ def text_color_on(rgb: Sequence[float] | str) -> str:
     return "#111111" if luminance > 0.22 else "#f5f5f5"
 
 
-def display_piece(piece: str) -> str:
-    """A token piece made visible on one line: newline -> '↵', tab -> '→', other controls -> '·'."""
-    out = []
-    for ch in str(piece):
-        if ch == "\n":
-            out.append("\u21b5")
-        elif ch == "\t":
-            out.append("\u2192")
-        elif ch == "\r":
-            out.append("\u240d")
-        elif ord(ch) < 32 or ord(ch) == 127:
-            out.append("\u00b7")
-        else:
-            out.append(ch)
-    return "".join(out)
+STAMP_PT = 5.5  # the provenance stamp's font size
+
+
+def stamp_height(lines: int) -> float:
+    """Inches a provenance stamp of ``lines`` lines takes at the bottom of a figure."""
+    return lines * STAMP_PT * 1.25 / 72 + 0.03
 
 
 @contextmanager
@@ -270,6 +262,12 @@ def themed_figure(theme: str | Theme, figsize: tuple[float, float], layout: str 
     with matplotlib.rc_context(paper_rc(t)):
         fig = Figure(figsize=figsize, layout=layout)
         FigureCanvasAgg(fig)
+        lines = 1 if figsize[0] >= 6.0 else 2  # the provenance stamp's lines (viz.stamps), kept free of the axes
+        engine = fig.get_layout_engine()
+        if isinstance(engine, ConstrainedLayoutEngine):
+            strip = stamp_height(lines) / figsize[1]
+            engine.set(rect=(0, strip, 1, 1 - strip))
+        fig.engram_viz_stamp_lines = lines
         yield fig, t
         fig.draw_without_rendering()
         fig.set_layout_engine("none")  # freeze the layout: later draws and saves are identical

@@ -54,6 +54,15 @@ def test_an_image_span_is_one_chip():
     assert summary["changed"] == 1
 
 
+def test_an_image_span_only_in_a_is_one_chip_not_struck_tokens():
+    a = _result([1, *[7] * 56, 2], [0.1, *[0.0] * 56, 0.2], [False, *[True] * 56, False])
+    b = _result([1, 2], [0.1, 0.3])
+    page, summary = difference_html(a, b, LAYERS, layer=1)
+    assert page.count('class="ev-img"') == 1 and "[image \u00d756]" in page and 'class="ev-del"' not in page
+    assert "image span (only in A): A positions 1-56 (56 tokens)" in page
+    assert summary["delete"] == 56 and summary["changed"] == 1
+
+
 def test_gate_grid_and_message_boxes():
     a = _result([1, 7], [0.5, 0.0], [False, True])
     grid = gate_grid_html(a, LAYERS, label="prompt A - all gates")

@@ -279,3 +279,37 @@ def test_plotly_html_helper_is_offline(gates):
     check_offline_html(page)
     assert "mathjax.js" not in page.lower() and "<script src" not in page
     assert page == plotly_html(gate_heatmap_interactive(gates, "en", layer=1))  # stable div id: clean diffs
+
+
+LONG_LABEL = "a model of a long name " * 8 + "(trained here)"  # wraps on a narrow figure
+
+
+def test_stamp_stays_inside_the_figure_clear_of_every_axes(gates):
+    from engram_viz.viz.stamps import stamp, stamp_text
+
+    for ax in (gate_heatmap(gates, "zh", layer=1), gate_heatmap(gates, "en")):
+        fig = stamp(ax, LONG_LABEL).figure
+        text = stamp_text(fig)
+        renderer = fig.canvas.get_renderer()
+        box = text.get_window_extent(renderer)
+        assert 0 <= box.x0 and box.x1 <= fig.bbox.x1 and 0 <= box.y0 and box.y1 <= fig.bbox.y1
+        for other in fig.axes:
+            assert not box.overlaps(other.get_tightbbox(renderer)), "the stamp overlaps a panel or its labels"
+        assert text.get_text().replace("\n", " ").replace("\u2026", "") in LONG_LABEL or "\u2026" in text.get_text()
+
+
+def test_stamp_false_leaves_the_stamp_off_and_keeps_provenance_in_metadata(gates, tmp_path):
+    from engram_viz.viz.stamps import stamp
+
+    ax = stamp(gate_heatmap(gates, "en"), "tiny model X")
+    with_stamp, without = tmp_path / "a.svg", tmp_path / "b.svg"
+    save_figure(ax, with_stamp)
+    save_figure(ax, without, stamp=False)
+    shown = [t.text or "" for t in svg_root(with_stamp.read_bytes()).iter(f"{SVG_NS}text")]
+    assert any("tiny model X" in s for s in shown)
+    root = svg_root(without.read_bytes())
+    assert not any("tiny model X" in (t.text or "") for t in root.iter(f"{SVG_NS}text"))
+    assert "tiny model X" in without.read_text()  # the metadata's dc:description
+    pdf = save_figure(ax, tmp_path / "c.pdf", stamp=False).read_bytes()
+    assert b"/Subject (tiny model X)" in pdf
+    assert ax.figure.texts[-1].get_visible()  # the figure itself keeps its stamp

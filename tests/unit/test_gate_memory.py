@@ -85,6 +85,12 @@ def test_summary_curve_and_targets():
     curve, rho = gate_count_curve(f)
     assert curve[curve.layer == 1]["count_bin"].astype(str).tolist() == ["0", "1", "5-19", "20-99", "100-999"]
     assert rho[1] > 0.9 and abs(rho[3]) < 0.5
+    assert list(curve["count_bin"].cat.categories) == ["0", "1", "5-19", "20-99", "100-999"]  # empty bins off
+    for r in curve.itertuples():  # the interval against numpy, bin by bin
+        g = f[(f.layer == r.layer) & f.group.isin(["often", "seldom", "never"])]
+        g = g[count_bin(g["count"].to_numpy()) == r.count_bin]["gate"].to_numpy()
+        half = 1.96 * g.std(ddof=1) / np.sqrt(len(g))
+        assert r.n == len(g) and (r.ci_low, r.ci_high) == pytest.approx((g.mean() - half, g.mean() + half))
     targets = memory_targets(summary, rho).set_index("layer")
     assert bool(targets.loc[1, "met"]) and not bool(targets.loc[3, "met"])
     assert targets.loc[1, "often_minus_random"] == pytest.approx(often.mean_gate - 0.3)

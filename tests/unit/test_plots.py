@@ -31,6 +31,7 @@ from engram_viz.viz import (
     gate_distributions,
     gate_heatmap,
     gate_heatmap_interactive,
+    heads_shared_vs_expected,
     paper_rc,
     require_cjk_font,
     row_rank_frequency,
@@ -43,6 +44,7 @@ from engram_viz.viz import (
 from engram_viz.viz import style as style_module
 from engram_viz.viz.frames import COLLISION_COLUMNS, COVERAGE_COLUMNS, gate_table, reduce_streams
 from engram_viz.viz.style import figure_of
+from engram_viz.viz.token_heatmap import CELL_IN, TICK_PT, WIDTH_IN
 from engram_viz.viz.usage_plots import _bin_sizes
 
 PROMPTS = {
@@ -153,7 +155,29 @@ def all_paper_plots(gates, tables, theme: str) -> dict[str, object]:
         "coverage_per_column": coverage_per_column(coverage, theme=theme),
         "row_rank_frequency": row_rank_frequency(usage, theme=theme),
         "touched_rows_map": touched_rows_map(usage, "tiny", bins=64, theme=theme),
+        "heads_shared_vs_expected": heads_shared_vs_expected(_heads_shared(), theme=theme),
     }
+
+
+def _heads_shared() -> pd.DataFrame:
+    """A heads_shared frame of the tiny layout's shape (made-up counts: the layout is what is checked)."""
+    recs = [
+        (layer, order, h, 1000 // (h + 1), 900.0 / (h + 1)) for layer in (1, 3) for order in (2, 3, 4) for h in range(9)
+    ]
+    return pd.DataFrame(recs, columns=["layer", "order", "heads_shared", "ngrams", "expected_ngrams"])
+
+
+def _clashes(fig: Figure) -> list[str]:
+    """Legends, figure labels and the stamp that overlap a panel or each other, or leave the figure."""
+    renderer = fig.canvas.get_renderer()
+    boxes = [(f"axes {k}", ax.get_tightbbox(renderer)) for k, ax in enumerate(fig.axes)]
+    loose = [(f"legend {k}", g.get_window_extent(renderer)) for k, g in enumerate(fig.legends)]
+    loose += [(repr(t.get_text()[:20]), t.get_window_extent(renderer)) for t in fig.texts if t.get_text()]
+    out = [name for name, box in loose if box.x0 < -1 or box.y0 < -1 or box.x1 > fig.bbox.x1 + 1]
+    out += [f"{a} / {b}" for a, box in loose for b, other in boxes if box.overlaps(other)]
+    return out + [
+        f"{a} / {b}" for i, (a, box) in enumerate(loose) for b, other in loose[i + 1 :] if box.overlaps(other)
+    ]
 
 
 needs_cjk = pytest.mark.skipif(
@@ -208,6 +232,9 @@ def test_every_paper_figure_builds_in_both_themes(gates, tables, theme):
         assert isinstance(fig, Figure), name
         assert fig.engram_viz_theme == theme, name
         assert np.allclose(fig.get_facecolor()[:3], _rgb(THEMES[theme].background)), name
+        if isinstance(drawn, Figure):  # the token text places its own lines
+            continue
+        assert not _clashes(fig), (name, _clashes(fig))
 
 
 def _rgb(hex_colour: str) -> tuple[float, float, float]:
@@ -245,18 +272,35 @@ def test_token_text_figure_shows_dollar_signs_literally(gates):
     assert texts and all(not t.get_parse_math() for t in texts)
 
 
-def test_gate_heatmap_greys_image_positions_and_labels_tokens(gates):
+def test_gate_heatmap_shows_an_image_span_as_one_grey_column_and_labels_tokens(gates):
     ax = gate_heatmap(gates, "en-alexander")
     image = next(a for a in ax.get_children() if isinstance(a, AxesImage))
     data = image.get_array()
-    assert data.shape == (len(LAYERS) * N_STREAMS, len(gate_table(gates, "en-alexander", 1)))
-    assert data.mask[:, IMAGE_AT : IMAGE_AT + IMAGE_LEN].all()
-    assert not data.mask[:, :IMAGE_AT].any()
+    n = len(gate_table(gates, "en-alexander", 1))
+    assert data.shape == (len(LAYERS) * N_STREAMS, n - IMAGE_LEN + 1)  # the span is one column
+    assert data.mask[:, IMAGE_AT].all() and not data.mask[:, :IMAGE_AT].any()
     assert [t.get_text() for t in ax.get_yticklabels()][:2] == ["L1 s0", "L1 s1"]
     labels = [t.get_text() for t in ax.get_xticklabels()]
     assert labels[0] == "Alexander" and ".\u21b5" in labels  # the newline made visible
+    assert labels[IMAGE_AT] == f"[image \u00d7{IMAGE_LEN}]"
     table = gate_table(gates, "en-alexander", 3)
     np.testing.assert_allclose(data[N_STREAMS + 1, :IMAGE_AT], table[1].to_numpy()[:IMAGE_AT])
+    np.testing.assert_allclose(data[N_STREAMS + 1, IMAGE_AT + 1 :], table[1].to_numpy()[IMAGE_AT + IMAGE_LEN :])
+
+
+def test_gate_heatmap_keeps_its_font_and_cell_size_and_wraps_long_prompts(gates):
+    long = gates[gates["prompt"] == "en-alexander"].copy()
+    long = pd.concat([long.assign(position=long["position"] + k * 100) for k in range(6)], ignore_index=True)
+    long = long.assign(is_image=False)
+    short_ax = gate_heatmap(gates, "zh-zhang")
+    panels = gate_heatmap(long, "en-alexander")
+    assert len(panels) > 1 and short_ax.figure.get_figwidth() < WIDTH_IN == panels[0].figure.get_figwidth()
+    cells = []
+    for ax in (short_ax, *panels):
+        assert {t.get_fontsize() for t in ax.get_xticklabels()} == {TICK_PT}
+        x0, x1 = ax.get_xlim()
+        cells.append(ax.get_position().width * ax.figure.get_figwidth() / (x1 - x0))  # inches per token
+    assert max(cells) / min(cells) < 1.1 and CELL_IN * 0.9 < min(cells) < CELL_IN * 1.4  # one cell size on every prompt
 
 
 def test_gate_heatmap_one_layer(gates):
@@ -278,10 +322,17 @@ def test_gate_distributions_draw_one_box_per_group_stream_and_layer(gates):
 def test_exposure_beside_gates_needs_exposure(gates):
     axes = exposure_beside_gates(gates, "en-alexander", layer=1)
     bars = [p.get_height() for p in axes[1].patches]
-    table = gate_table(gates, "en-alexander", 1)
-    assert bars == table["exposure"].tolist()
+    expected = gate_table(gates, "en-alexander", 1)["exposure"].tolist()
+    assert bars == expected[:IMAGE_AT] + [0] + expected[IMAGE_AT + IMAGE_LEN :]  # the image span: one empty column
+    assert "r = " in axes[0].get_title(loc="left")
     with pytest.raises(ValueError, match="exposure"):
         exposure_beside_gates(gates.drop(columns="exposure"), "zh-zhang")
+
+
+def test_exposure_the_same_everywhere_is_said_not_drawn(gates):
+    axes = exposure_beside_gates(gates.assign(exposure=24), "en-alexander", layer=1)
+    assert not axes[1].patches and "nan" not in axes[0].get_title(loc="left")
+    assert any("24/24 at every text position" in t.get_text() for t in axes[1].texts)
 
 
 def test_collision_and_coverage_bars_equal_the_frames(tables):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 
 import numpy as np
 import pandas as pd
@@ -61,14 +62,20 @@ def test_sections_render_in_order_and_empty_ones_are_left_out(tmp_path):
     (tmp_path / "figures" / "f.svg").write_text("<svg/>")
     fig = Figure("f", (png, tmp_path / "figures" / "f.svg"), "A 'title'", "Its caption.")
     sections = [
-        Section("first", "First", "An intro.", (Table(pd.DataFrame({"a": [1]}), "A table"), fig)),
+        Section("first", "First", "An intro.", (Table(pd.DataFrame({"a": [1]}), "A table", note="a: one"), fig)),
         Section("empty", "Never shown"),
         Section("second", "Second", "", (Html('<span class="ev-tok">t</span>', "Layer 1"),)),
     ]
     page = render_html(PROV, sections, tmp_path)
     ids = [page.index(f'<section id="{s}">') for s in ("provenance", "first", "second", "files")]
     assert ids == sorted(ids) and "Never shown" not in page and '<section id="empty">' not in page
-    assert "<h3>A table</h3>" in page and "<h3>Layer 1</h3>" in page and '<span class="ev-tok">t</span>' in page
+    assert '<h3 id="first-0">A table<a class="anchor" href="#first-0">#</a></h3>' in page
+    assert '<h3 id="second-0">Layer 1' in page and '<span class="ev-tok">t</span>' in page
+    assert '<p class="note">a: one</p>' in page and '<figure id="fig-f">' in page
+    toc = page[page.index('<nav class="toc"') : page.index("</nav>")]
+    for anchor in ("provenance", "first", "first-0", "fig-f", "second", "second-0", "files"):
+        assert f'href="#{anchor}"' in toc and (f'id="{anchor}"' in page)
+    assert "Never shown" not in toc and not re.search(r"<h[1-3][^>]*>\s*(<a [^>]*>#</a>)?\s*</h[1-3]>", page)
     assert "data:image/png;base64," + base64.b64encode(b"\x89PNG fake").decode() in page
     assert '<a href="figures/f.png">PNG</a> <a href="figures/f.svg">SVG</a>' in page
     assert html.escape(PROV["model"]) in page and html.escape(PROV["streams"]) in page  # html.escape's entities

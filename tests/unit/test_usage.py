@@ -77,17 +77,17 @@ def test_coverage_histogram_rank_frequency_match_brute_force():
         assert r.rows_touched == len(mine) and r.hits == sum(mine) and r.max_hits == max(mine)
         assert r.coverage == pytest.approx(len(mine) / r.prime)
         assert r.distinct_ngrams == sum(1 for k in counts if len(k) == r.order)
-    hist = usage.hit_histogram()
+    hist = usage.hit_histogram(specials=True)
     for (layer, order), grp in hist.groupby(["layer", "order"]):
         mine = [v for (la, o, _, _), v in hits.items() if (la, o) == (layer, order)]
         assert dict(zip(grp.hits, grp.rows)) == {v: mine.count(v) for v in set(mine)}
-    rf = usage.rank_frequency(max_points=10_000)
+    rf = usage.rank_frequency(max_points=10_000, specials=True)
     for layer in cfg.engram_layer_ids:
         desc = sorted((v for (la, *_), v in hits.items() if la == layer), reverse=True)
         got = rf[rf.layer == layer]
         assert got["rank"].tolist() == list(range(1, len(desc) + 1))
         assert got["hits"].tolist() == desc
-    sampled = usage.rank_frequency(max_points=16)
+    sampled = usage.rank_frequency(max_points=16, specials=True)
     assert sampled.groupby("layer")["rank"].min().eq(1).all() and len(sampled) <= 32
 
 
@@ -97,7 +97,7 @@ def test_hot_rows_list_exactly_the_ngrams_landing_there():
     seqs, masks = random_sequences(13, n_seq=8, alphabet=30)
     usage = _usage(cfg, seqs, masks)
     counts = ref_counts(cfg, seqs, masks)
-    hot = usage.hot_rows(top=5, ngrams_per_row=3, tokenizer=False)
+    hot = usage.hot_rows(top=5, ngrams_per_row=3, tokenizer=False, specials=True)
     for layer in cfg.engram_layer_ids:
         li = layout.layer_index(layer)
         per_row = defaultdict(list)
@@ -116,6 +116,48 @@ def test_hot_rows_list_exactly_the_ngrams_landing_there():
         for row, grp in got.groupby("row"):
             best = sorted(per_row[row], key=lambda x: (-x[0], x[1]))[:3]
             assert grp.ngram_hits.tolist() == [c for c, _ in best]
+
+
+@pytest.mark.parametrize("config_name", ["forced", "tiny"])
+def test_layer_totals_count_each_ngram_once_against_an_independent_count(config_name):
+    cfg = forced_config() if config_name == "forced" else load_config(config_name)
+    seqs, masks = random_sequences(16, n_seq=10, alphabet=40)
+    usage = _usage(cfg, seqs, masks)
+    distinct = len(ref_counts(cfg, seqs, masks))  # distinct (order, n-gram) keys, by hand
+    totals = usage.layer_totals()
+    assert totals["layer"].tolist() == list(cfg.engram_layer_ids)
+    assert totals["distinct_ngrams"].tolist() == [distinct] * len(cfg.engram_layer_ids)
+    summed = usage.coverage().groupby("layer")["distinct_ngrams"].sum()  # what the report used to show
+    assert summed.tolist() == [cfg.engram_n_heads * distinct] * len(cfg.engram_layer_ids)
+    assert totals["row_reads"].tolist() == [24 * usage.n_positions] * len(cfg.engram_layer_ids)
+    np.testing.assert_allclose(totals["coverage"], totals["rows_touched"] / totals["rows"])
+
+
+def test_hot_rows_and_rank_frequency_leave_out_bos_and_pad_only_ngrams():
+    cfg = forced_config()
+    layout = EngramLayout(cfg)
+    seqs, masks = random_sequences(17, n_seq=12, alphabet=30)
+    seqs = [[0, *s] for s in seqs]  # every sequence starts with BOS: (pad, BOS), (pad, pad, BOS) ... are hottest
+    masks = [[True, *m] for m in masks]
+    usage = _usage(cfg, seqs, masks)
+    special = {0, 1, 2}
+    plain = {k: c for k, c in ref_counts(cfg, seqs, masks).items() if not set(k) <= special}
+    kept = usage.hot_rows(top=5, tokenizer=False)
+    every = usage.hot_rows(top=5, tokenizer=False, specials=True)
+    ids = [tuple(int(x) for x in k.split()) for k in every["ngram_ids"]]
+    assert any(set(k) <= special for k in ids)  # with the switch, the sequence starts are there
+    assert not any({int(x) for x in k.split()} <= special for k in kept["ngram_ids"])
+    for layer in cfg.engram_layer_ids:
+        li = layout.layer_index(layer)
+        per_row = defaultdict(int)
+        for key, c in plain.items():
+            for head in range(cfg.engram_n_heads):
+                per_row[ref_row(layout, li, key, head)] += c
+        ranked = sorted(per_row, key=lambda r: (-per_row[r], r))[:5]
+        got = kept[kept.layer == layer].drop_duplicates("rank")
+        assert got["row"].tolist() == ranked and got["hits"].tolist() == [per_row[r] for r in ranked]
+        rf = usage.rank_frequency(max_points=10_000)
+        assert rf[rf.layer == layer]["hits"].tolist() == sorted(per_row.values(), reverse=True)
 
 
 def test_merge_of_shards_equals_whole():

@@ -31,6 +31,7 @@ DIFFERENCE_COLUMNS = [
     "position_b",
     "token_a",
     "token_b",
+    "is_image",
     "layer",
     "stream",
     "gate_a",
@@ -134,8 +135,9 @@ def gate_difference(
     a: PromptResult, b: PromptResult, layer_ids: Sequence[int], *, label_a: str = "A", label_b: str = "B"
 ) -> pd.DataFrame:
     """Tidy difference table of two prompts, one row per (aligned pair, layer, stream):
-    pair, kind, position_a, position_b, token_a, token_b, layer, stream, gate_a, gate_b, diff
-    (``gate_b - gate_a``; NaN where a side has no partner). Image positions compare as 0 - 0."""
+    pair, kind, position_a, position_b, token_a, token_b, is_image (B's position, or A's for a
+    deletion), layer, stream, gate_a, gate_b, diff (``gate_b - gate_a``; NaN where a side has no
+    partner). Image positions compare as 0 - 0."""
     pairs = align_tokens(a.input_ids, b.input_ids)
     n_layers, hc = a.gates.shape[1:]
     n = len(pairs)
@@ -153,6 +155,7 @@ def gate_difference(
             "position_b": np.repeat([-1 if j is None else j for _, j, _ in pairs], rep),
             "token_a": np.repeat(np.array(["" if i is None else a.pieces[i] for i, _, _ in pairs], dtype=object), rep),
             "token_b": np.repeat(np.array(["" if j is None else b.pieces[j] for _, j, _ in pairs], dtype=object), rep),
+            "is_image": np.repeat([bool(b.is_image[j] if j is not None else a.is_image[i]) for i, j, _ in pairs], rep),
             "layer": np.tile(np.repeat(np.asarray(layer_ids, dtype=np.int64), hc), n),
             "stream": np.tile(np.arange(hc), n * n_layers),
             "gate_a": ga.astype(np.float64),

@@ -198,14 +198,21 @@ def gate_memory_summary(frame: pd.DataFrame) -> pd.DataFrame:
 
 def gate_count_curve(frame: pd.DataFrame) -> tuple[pd.DataFrame, dict[int, float]]:
     """Mean gate per layer and training-count bin over the non-random text positions, and the
-    Spearman correlation of gate with log(1 + count) per layer: ``(curve, {layer: rho})``."""
+    Spearman correlation of gate with log(1 + count) per layer: ``(curve, {layer: rho})``.
+
+    The curve: layer, count_bin (bins with no position are left out), n (positions), mean_gate,
+    ci_low / ci_high (95% interval of the mean, normal approximation: mean +- 1.96 sd / sqrt(n);
+    NaN for n < 2)."""
     f = frame[frame["group"].isin(("often", "seldom", "never"))].copy()
     f["count_bin"] = pd.Categorical(count_bin(f["count"].to_numpy()), COUNT_BIN_LABELS, ordered=True)
     curve = (
         f.groupby(["layer", "count_bin"], observed=True)
-        .agg(n=("gate", "size"), mean_gate=("gate", "mean"))
+        .agg(n=("gate", "size"), mean_gate=("gate", "mean"), sd=("gate", "std"))
         .reset_index()
     )
+    half = 1.96 * curve.pop("sd") / np.sqrt(curve["n"])  # NaN where n < 2 (no spread to estimate)
+    curve["ci_low"], curve["ci_high"] = curve["mean_gate"] - half, curve["mean_gate"] + half
+    curve["count_bin"] = curve["count_bin"].cat.remove_unused_categories()
     rho = {int(layer): spearman(np.log1p(g["count"]), g["gate"]) for layer, g in f.groupby("layer")}
     return curve, rho
 

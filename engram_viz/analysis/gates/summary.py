@@ -15,14 +15,24 @@ import pandas as pd
 
 from engram_viz.errors import FrameError
 
+# These tables summarise text positions only: a prompt category named after what the prompts hold
+# besides text is named for the text that is summarised (image positions' gates are 0 and left out).
+TEXT_CATEGORY_NAMES = {"image": "text before/after an image"}
+
+
+def _text_positions(gates: pd.DataFrame) -> pd.DataFrame:
+    text = gates[~gates["is_image"]]
+    return text.assign(category=text["category"].replace(TEXT_CATEGORY_NAMES)) if "category" in text else text
+
 
 def gate_overview(gates: pd.DataFrame) -> pd.DataFrame:
     """Mean gate per (category, layer), one column per stream and one over all streams (text positions).
 
     Columns: ``category``, ``layer``, ``positions`` (text positions of that category), ``stream {s}``
-    for each stream s, ``all streams``; one row per (category, layer).
+    for each stream s, ``all streams``; one row per (category, layer). Category ``image`` reads
+    ``text before/after an image`` (:data:`TEXT_CATEGORY_NAMES`).
     """
-    text = gates[~gates["is_image"]]
+    text = _text_positions(gates)
     piv = text.pivot_table(index=["category", "layer"], columns="stream", values="gate", aggfunc="mean")
     piv.columns = [f"stream {c}" for c in piv.columns]
     piv["all streams"] = text.groupby(["category", "layer"])["gate"].mean()
@@ -34,9 +44,9 @@ def gate_summary(gates: pd.DataFrame) -> pd.DataFrame:
     """Mean, median and spread of gates per (category, layer, stream) over text positions.
 
     Columns: ``category``, ``layer``, ``stream``, ``positions``, ``mean``, ``median``, ``std``,
-    ``min``, ``max``.
+    ``min``, ``max``; categories named as in :func:`gate_overview`.
     """
-    text = gates[~gates["is_image"]]
+    text = _text_positions(gates)
     g = text.groupby(["category", "layer", "stream"], sort=True)["gate"]
     out = g.agg(["count", "mean", "median", "std", "min", "max"]).reset_index()
     return out.rename(columns={"count": "positions"})

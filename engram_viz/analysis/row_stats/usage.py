@@ -23,7 +23,13 @@ Tables (``to_frame``), one row per observation:
   at up to ``max_points`` log-spaced ranks (always rank 1 and the last rank), exact values;
 - ``hot_rows``: layer, rank, row, order, head, bucket, hits, n_ngrams, ngram_rank, ngram,
   ngram_ids, ngram_hits - the ``top`` most-hit rows of each layer, one line per n-gram landing
-  there (at most ``ngrams_per_row``, most frequent first). Ties break by row id.
+  there (at most ``ngrams_per_row``, most frequent first). Ties break by row id;
+- ``layer_totals``: layer, distinct_ngrams, row_reads, rows_touched, rows, coverage.
+
+**Special-only n-grams.** Every prompt starts with n-grams made only of BOS and pad (the blocked
+look-back before the first token: ``(pad, BOS)``, ``(pad, pad, BOS)`` ...); they are the hottest
+rows of any prompt set and say nothing about its text. ``hot_rows`` and ``rank_frequency`` leave
+them out unless ``specials=True``; ``coverage`` and ``layer_totals`` count every read.
 """
 
 from __future__ import annotations
@@ -37,6 +43,9 @@ from engram_viz.analysis.corpus.bucket_passes import column_view, iter_columns, 
 from engram_viz.analysis.corpus.ngram_text import make_decoder
 from engram_viz.analysis.row_stats.accumulator import NgramAccumulator
 from engram_viz.core.layout import EngramLayout
+from engram_viz.core.tokenizer import BOS_ID
+
+EOS_ID = 1  # <｜end▁of▁sentence｜>; BOS and EOS keep their raw ids in the compressed vocabulary
 
 
 @dataclass
@@ -56,19 +65,39 @@ class _Pass:
     columns: list[dict]
     histogram: dict[tuple[int, int], np.ndarray]  # (layer, order) -> rows hit exactly h times, index h
     hot: dict[int, list[_HotRow]]  # layer -> the top rows, hottest first (ties: smaller row id)
+    specials: bool  # hot rows and the histogram count special-only n-grams too
 
 
 class _UsageConsumer:
     """Collects every RowUsage figure during one pass over the columns (``run_column_pass``)."""
 
-    def __init__(self, layout: EngramLayout, top: int, ngrams_per_row: int):
-        self.params = (top, ngrams_per_row)
-        self.result = _Pass(top, ngrams_per_row, [], {}, {layer: [] for layer in layout.layer_ids})
+    def __init__(self, layout: EngramLayout, top: int, ngrams_per_row: int, specials: bool, special_ids: list[int]):
+        self.params = (top, ngrams_per_row, specials)
+        self.special_ids = np.asarray(special_ids, dtype=np.int64)
+        self.result = _Pass(top, ngrams_per_row, [], {}, {layer: [] for layer in layout.layer_ids}, specials)
+
+    def _plain(self, view) -> np.ndarray | None:
+        """Bool ``[U]``: the view's n-grams holding a token other than BOS/EOS/pad (None: all count)."""
+        if self.result.specials or not len(view.ngrams):
+            return None
+        plain = ~np.isin(view.ngrams, self.special_ids).all(axis=1)
+        return None if plain.all() else plain
 
     def __call__(self, view) -> None:
-        res = self.result
         buckets, distinct, hits = view.bucket_totals()
-        res.columns.append(
+        self._column(view, buckets, hits)
+        plain = self._plain(view)
+        if plain is not None:  # the hot rows and the histogram without the special-only n-grams
+            s = view.stats()
+            hits = np.add.reduceat(np.where(plain, view.counts, 0)[s.order], s.starts)
+            distinct = np.add.reduceat(plain[s.order].astype(np.int64), s.starts)
+            keep = hits > 0
+            buckets, distinct, hits = buckets[keep], distinct[keep], hits[keep]
+        self._histogram(view, hits)
+        self._hot(view, buckets, distinct, hits, plain)
+
+    def _column(self, view, buckets: np.ndarray, hits: np.ndarray) -> None:
+        self.result.columns.append(
             {
                 "layer": view.layer,
                 "order": view.order,
@@ -83,6 +112,9 @@ class _UsageConsumer:
                 "max_hits": int(hits.max()) if len(hits) else 0,
             }
         )
+
+    def _histogram(self, view, hits: np.ndarray) -> None:
+        res = self.result
         if len(hits):
             h = np.bincount(hits)
             old = res.histogram.get((view.layer, view.order), np.zeros(0, np.int64))
@@ -90,6 +122,9 @@ class _UsageConsumer:
                 old = np.pad(old, (0, len(h) - len(old)))
             old[: len(h)] += h
             res.histogram[(view.layer, view.order)] = old
+
+    def _hot(self, view, buckets: np.ndarray, distinct: np.ndarray, hits: np.ndarray, plain) -> None:
+        res = self.result
         hot = res.hot[view.layer]
         if not res.top or not len(hits):
             return
@@ -100,6 +135,7 @@ class _UsageConsumer:
         if not len(best):
             return
         landed = view.keys_in(buckets[best])
+        landed = landed if plain is None else landed[plain[landed]]
         landed = landed[np.lexsort((landed, -view.counts[landed]))]  # most frequent first
         per_bucket: dict[int, list] = {}
         for i in landed:
@@ -147,38 +183,60 @@ class RowUsage(NgramAccumulator):
         return np.where(found, all_hits[at] if len(all_rows) else 0, 0)
 
     # -- one pass over the columns
-    def _pass(self, top: int | None = None, ngrams_per_row: int | None = None) -> _Pass:
+    def _pass(self, top: int | None = None, ngrams_per_row: int | None = None, specials: bool = False) -> _Pass:
         """All per-column figures in one pass, keeping the ``top`` hottest rows per layer with up
-        to ``ngrams_per_row`` n-grams each; None reuses any cached pass (defaults 20 and 5)."""
+        to ``ngrams_per_row`` n-grams each; None reuses any cached pass (defaults 20 and 5);
+        ``specials``: hot rows and histogram count the special-only n-grams too."""
         cached = self._cached(
-            lambda kept: (top is None or kept[0] >= top) and (ngrams_per_row is None or kept[1] >= ngrams_per_row)
+            lambda kept: (
+                (top is None or kept[0] >= top)
+                and (ngrams_per_row is None or kept[1] >= ngrams_per_row)
+                and kept[2] == specials
+            )
         )
         if cached is not None:
             return cached
-        return self._run(self._consumer(20 if top is None else top, 5 if ngrams_per_row is None else ngrams_per_row))
+        top, per_row = 20 if top is None else top, 5 if ngrams_per_row is None else ngrams_per_row
+        return self._run(self._consumer(top, per_row, specials))
 
-    def _consumer(self, top: int, ngrams_per_row: int) -> _UsageConsumer:
-        return _UsageConsumer(self.layout, top, ngrams_per_row)
+    def _consumer(self, top: int, ngrams_per_row: int, specials: bool = False) -> _UsageConsumer:
+        special_ids = [BOS_ID, EOS_ID, self.counts.pad_id]
+        return _UsageConsumer(self.layout, top, ngrams_per_row, specials, special_ids)
 
     # -- tables
     def coverage(self) -> pd.DataFrame:
         """Per (layer, order, head) column: rows touched / prime and hits (schema in module doc)."""
         return pd.DataFrame(self._pass().columns)
 
-    def hit_histogram(self) -> pd.DataFrame:
-        """(layer, order, hits, rows): how many rows were hit exactly ``hits`` times."""
+    def layer_totals(self) -> pd.DataFrame:
+        """Per Engram layer: ``distinct_ngrams`` - distinct (order, n-gram) keys at the counted
+        positions, each counted once (the 8 heads of an order read the same n-grams, so summing
+        the columns' ``distinct_ngrams`` would count each 8 times); ``row_reads`` (positions x 24),
+        ``rows_touched``, ``rows`` (the layer's table) and ``coverage`` (touched / rows)."""
+        cov = self.coverage()
+        distinct = sum(self.counts.n_distinct(n) for n in self.counts.orders)  # keys do not depend on the layer
+        agg = cov.groupby("layer", as_index=False)[["hits", "rows_touched", "prime"]].sum()
+        agg = agg.rename(columns={"hits": "row_reads", "prime": "rows"})
+        agg.insert(1, "distinct_ngrams", distinct)
+        agg["coverage"] = agg["rows_touched"] / agg["rows"]
+        return agg
+
+    def hit_histogram(self, specials: bool = False) -> pd.DataFrame:
+        """(layer, order, hits, rows): how many rows were hit exactly ``hits`` times (special-only
+        n-grams left out unless ``specials``)."""
         recs = [
             {"layer": layer, "order": order, "hits": int(h), "rows": int(hist[h])}
-            for (layer, order), hist in sorted(self._pass().histogram.items())
+            for (layer, order), hist in sorted(self._pass(specials=specials).histogram.items())
             for h in np.flatnonzero(hist)
         ]
         return pd.DataFrame(recs, columns=["layer", "order", "hits", "rows"])
 
-    def rank_frequency(self, max_points: int = 256) -> pd.DataFrame:
+    def rank_frequency(self, max_points: int = 256, specials: bool = False) -> pd.DataFrame:
         """(layer, rank, hits): the layer's row hits sorted descending, at up to ``max_points``
-        log-spaced ranks (exact values; rank 1 and the last rank always included)."""
+        log-spaced ranks (exact values; rank 1 and the last rank always included); special-only
+        n-grams left out unless ``specials``."""
         recs = []
-        hist = self.hit_histogram()
+        hist = self.hit_histogram(specials)
         for layer in self.layout.layer_ids:
             h = hist[hist.layer == layer].groupby("hits")["rows"].sum().sort_index(ascending=False)
             if h.empty:
@@ -194,9 +252,10 @@ class RowUsage(NgramAccumulator):
             recs += [{"layer": layer, "rank": int(r), "hits": int(v)} for r, v in zip(ranks, hits)]
         return pd.DataFrame(recs, columns=["layer", "rank", "hits"])
 
-    def hot_rows(self, top: int = 20, ngrams_per_row: int = 5, tokenizer=None) -> pd.DataFrame:
-        """The ``top`` most-hit rows of each layer with the n-grams that land there, decoded."""
-        hot = self._pass(top, ngrams_per_row).hot
+    def hot_rows(self, top: int = 20, ngrams_per_row: int = 5, tokenizer=None, specials: bool = False) -> pd.DataFrame:
+        """The ``top`` most-hit rows of each layer with the n-grams that land there, decoded;
+        n-grams of only BOS/EOS/pad (sequence starts) are left out unless ``specials``."""
+        hot = self._pass(top, ngrams_per_row, specials).hot
         decoder = make_decoder(self.config, tokenizer, self.counts.pad_id)
         recs = []
         for layer, entries in hot.items():
