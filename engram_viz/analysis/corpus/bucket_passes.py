@@ -18,7 +18,6 @@ from engram_viz.analysis.corpus.row_ids import ngram_hashes
 from engram_viz.core.layout import EngramLayout
 from engram_viz.errors import InputError
 
-
 # A column whose prime is at most DENSE_RATIO x its distinct n-grams is tallied into one counter per
 # bucket (bincount: no sort, no gather over a permutation); a sparser one (V4.1's ~16M buckets per
 # column) sorts its (bucket, count) pairs once, where most n-grams sit alone in their bucket.
