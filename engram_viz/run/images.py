@@ -153,6 +153,13 @@ def is_picture_spec(spec: str | None) -> bool:
     return spec is None or (not _SPEC.match(spec) and any(c in spec for c in "./\\"))
 
 
+def named_pictures(text: str) -> list[str]:
+    """The picture paths a text names in ``<image:path>`` placeholders, in order."""
+    return [
+        m.group(1).strip() for m in PLACEHOLDER.finditer(text) if m.group(1) is not None and is_picture_spec(m.group(1))
+    ]
+
+
 def check_placeholders(text: str, config: EngramConfig | str | None = None, images: int = 0) -> None:
     """The :class:`ImagePromptError` ``build_input`` would raise for the placeholders of ``text``,
     without tokenizing or reading pictures; with ``config`` None only their syntax (well formed,

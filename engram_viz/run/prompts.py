@@ -38,8 +38,9 @@ import numpy as np
 
 from engram_viz.config import DATA_DIR, TEXT, EngramConfig
 from engram_viz.core.tokenizer import BOS_ID, get_tokenizer
-from engram_viz.errors import PromptError
-from engram_viz.run.images import ImagePromptError, ImageTextInput, build_input, check_placeholders
+from engram_viz.errors import PictureError, PromptError
+from engram_viz.run.images import ImagePromptError, ImageTextInput, build_input, check_placeholders, named_pictures
+from engram_viz.run.pictures import open_image
 from engram_viz.run.prompt_text import PromptInputError, check_prompt_text
 
 DEFAULT_PROMPTS = DATA_DIR / "prompts" / "default.jsonl"
@@ -121,6 +122,11 @@ def _parse(obj: object, where: str, lineno: int, folder: Path | None = None) -> 
         check_placeholders(text, images=len(images))  # syntax now; limits and pictures when it is built
     except (PromptInputError, ImagePromptError) as err:
         raise PromptError(f"{where}: prompt {pid!r}: {err}") from None
+    try:  # every picture read now (before any model loads), again when the prompt is built
+        for picture in [*named_pictures(text), *images]:
+            open_image(picture, folder, confined=folder is not None)
+    except PictureError as err:
+        raise PictureError(f"{where}: prompt {pid!r}: {err}") from None
     return Prompt(pid, category, text, source=where, images=images, folder=folder)
 
 
@@ -210,7 +216,7 @@ def build_prompt(
         except ImagePromptError as err:
             if prompt.source is None:
                 raise
-            raise ImagePromptError(f"{prompt.source}: prompt {prompt.id!r}: {err}") from None
+            raise type(err)(f"{prompt.source}: prompt {prompt.id!r}: {err}") from None
     drawn = prompt.random_ids()
     ids = np.concatenate([[BOS_ID], drawn]).astype(np.int64) if bos else drawn
     types = np.full(len(ids), TEXT, dtype=np.int64)
