@@ -42,7 +42,7 @@ import numpy as np
 from engram_viz.config import IMAGE, IMAGE_END, IMAGE_NEWLINE, IMAGE_START, TEXT, EngramConfig, load_config
 from engram_viz.core.tokenizer import BOS_ID, get_tokenizer
 from engram_viz.errors import ImagePromptError, InputTypeError
-from engram_viz.run.pictures import MAX_IMAGE_SIDE, Picture, load_picture, plan_for
+from engram_viz.run.pictures import MAX_IMAGE_SIDE, Picture, load_picture, open_image, plan_for
 
 PLACEHOLDER = re.compile(r"<image(?::([^<>]*))?>", re.IGNORECASE)  # group 1 None: a bare <image>
 _OPEN = re.compile(r"<image:", re.IGNORECASE)
@@ -130,8 +130,13 @@ def _parse_spec(spec: str) -> tuple[int, int, bool]:
 
 
 def parse_placeholder(spec: str, config: EngramConfig | str = "tiny") -> tuple[int, int, tuple[int, int] | None]:
-    """``"WxH"`` (grid) or ``"WxHpx"`` (pixels) -> ``(w, h, pixels or None)``, checked."""
+    """``"WxH"`` (grid), ``"WxHpx"`` (pixels) or a picture's path (read now, relative to the working
+    folder) -> ``(w, h, pixels or None)``, checked."""
     cfg = load_config(config)
+    if is_picture_spec(spec):
+        image, _ = open_image(spec.strip())
+        plan = plan_for(image.width, image.height, cfg)
+        return plan.w, plan.h, (image.width, image.height)
     a, b, pixels = _parse_spec(spec)
     if pixels:
         w, h = image_grid(a, b, cfg)

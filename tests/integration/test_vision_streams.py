@@ -15,6 +15,7 @@ from block0_kit import SMALL, F64Block0, load_all
 from PIL import Image
 from vision_kit import SMALL_VISION, gradient, load_ref_vision, text_card
 
+from engram_viz.analysis.gates.picture_twin import picture_vs_placeholder
 from engram_viz.config import load_config
 from engram_viz.core.block0 import block0_streams
 from engram_viz.core.engram import Engram
@@ -122,6 +123,9 @@ def test_pipeline_labels_pictures_and_placeholders(folder, tmp_path):
     a = g[(g.prompt == "real") & (g.position >= stop)].gate.to_numpy()
     b = g[(g.prompt == "twin") & (g.position >= stop)].gate.to_numpy()
     assert np.abs(a - b).max() > 5 * GATE_TOL  # the placeholder's text-after gates differ measurably
+    twins = picture_vs_placeholder(pipe, "Look at this: ", tmp_path / "wall.png", " It shows a wall.")
+    np.testing.assert_array_equal(twins.query("layer == 1")["difference"].to_numpy(), a - b)
+    assert "picture spans carry image features" in twins.attrs["provenance"]["streams"]
     alone = pipe.run([twin])
     assert "picture spans" not in alone.streams_label and "no image features" in alone.streams_label
 

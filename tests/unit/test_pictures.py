@@ -17,7 +17,7 @@ from engram_viz.cli import main
 from engram_viz.config import IMAGE, load_config
 from engram_viz.core.image_plan import plan_image
 from engram_viz.errors import ImagePromptError, PictureError, PromptError
-from engram_viz.run.images import build_input
+from engram_viz.run.images import build_input, parse_placeholder
 from engram_viz.run.pictures import load_picture
 from engram_viz.run.prompts import build_prompt, load_prompts
 
@@ -90,6 +90,7 @@ def test_prompts_name_pictures_in_text_and_in_images(tmp_path):
     assert [(s.width, s.height) for s in inline.spans] == [(16, 12), (16, 12)]  # a picture's grid is its size's
     assert [(s.width, s.height) for s in listed.spans] == [(16, 12), (13, 13)]
     assert int((listed.token_types == IMAGE).sum()) == 16 * 12 + 13 * 13
+    assert parse_placeholder(str(tmp_path / "pics" / "b.png"), CFG) == (13, 13, (100, 100))  # the widget's check
     cwd = build_input("x <image> y", config=CFG, images=[(tmp_path / "pics" / "a.png").read_bytes()])
     assert cwd.spans[0].picture is not None and cwd.spans[0].picture.source.startswith("<")
 
