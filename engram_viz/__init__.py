@@ -18,7 +18,7 @@ The front door, the names a researcher needs::
 - prompts: :func:`load_prompts`, :func:`prompt_set_for`, :func:`prompt_set_path`, ``PROMPT_SETS``
 - gates: :func:`gate_overview`, :func:`stream_selectivity`, :func:`gates_with_exposure` (the gates
   frame with its collision ``exposure`` column), :func:`collision_exposure`, :func:`ngram_windows_table`,
-  :func:`after_image_vs_fresh_start`, :func:`picture_vs_placeholder`; gate versus memory (tiny LM): :func:`training_counts`, :func:`gate_memory`
+  :func:`after_image_vs_fresh_start`; gate versus memory (tiny LM): :func:`training_counts`, :func:`gate_memory`
 - why this gate: :func:`explain` -> :class:`Explanation` (``rows_frame``, ``position_table``,
   ``groups_frame``), :func:`order_profile`
 - row edits: :func:`edit_rows` / :func:`edit_tables` (overlays on a table's rows), :func:`compare_edit`
@@ -48,7 +48,6 @@ from engram_viz.analysis.edits.shared_rows import collateral_ngrams, collateral_
 from engram_viz.analysis.explain.explanation import Explanation, explain, order_profile
 from engram_viz.analysis.gates.gate_memory import gate_memory, training_counts
 from engram_viz.analysis.gates.image_boundary import after_image_vs_fresh_start
-from engram_viz.analysis.gates.picture_twin import picture_vs_placeholder
 from engram_viz.analysis.gates.summary import gate_overview, stream_selectivity
 from engram_viz.analysis.row_stats.collisions import CollisionStats
 from engram_viz.analysis.row_stats.row_index import RowIndex
@@ -115,7 +114,6 @@ __all__ = [
     "notebook",
     "open_checkpoint",
     "order_profile",
-    "picture_vs_placeholder",
     "position_lens",
     "prompt_set_for",
     "prompt_set_path",

@@ -94,6 +94,7 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw
 
+from engram_viz.analysis.gates.picture_twin import picture_vs_placeholder
 from engram_viz.core.block0_config import Block0Config
 from engram_viz.core.vision_config import VisionConfig
 from engram_viz.weights.synthetic import write_synthetic_checkpoint
@@ -111,7 +112,7 @@ draw = ImageDraw.Draw(card)
 for k in range(10):
     draw.text((20, 20 + 45 * k), f"The Milky Way, line {k}", fill=(20, 20, 60))
 vision_pipe = ev.Pipeline(folder, streams="block0")
-twins = ev.picture_vs_placeholder(vision_pipe, "Here is the Milky Way: ", card, " It stretches across the sky.")
+twins = picture_vs_placeholder(vision_pipe, "Here is the Milky Way: ", card, " It stretches across the sky.")
 ev.notebook.provenance(twins)
 
 # %%
