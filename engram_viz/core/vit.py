@@ -32,6 +32,7 @@ from engram_viz.core.vision_config import VisionConfig
 from engram_viz.errors import InputError
 
 VISION_NORM_EPS = 1e-6  # the reference's vision RMSNorm default
+SCORES_PER_BLOCK = 2**26  # attention scores held at once (float32: 256 MiB), see _attention
 
 
 class VisionSource(Protocol):
@@ -71,7 +72,12 @@ def _attention(x: torch.Tensor, src: VisionSource, p: str, cos: torch.Tensor, si
     qkv = F.linear(x, src.tensor(p + "attn.wqkv.weight"), src.tensor(p + "attn.wqkv.bias"))
     q, k, v = (t.view(n, cfg.vision_n_heads, cfg.head_dim) for t in qkv.chunk(3, dim=-1))
     q, k = rotate(q, cos, sin), rotate(k, cos, sin)
-    o = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1))  # [heads, N, hd]
+    q, k, v = (t.transpose(0, 1) for t in (q, k, v))  # [heads, N, hd]
+    # the reference's 3-D call (torch's math path on the CPU), a block of queries at a time: each query's row
+    # is computed alone, so the blocks give its output bit for bit, with [heads, rows, N] scores in memory
+    # instead of [heads, N, N] (~10 GB at 1920x1080)
+    rows = max(1, SCORES_PER_BLOCK // (cfg.vision_n_heads * n))
+    o = torch.cat([F.scaled_dot_product_attention(q[:, i : i + rows], k, v) for i in range(0, n, rows)], dim=1)
     return F.linear(o.transpose(0, 1).reshape(n, -1), src.tensor(p + "attn.wo.weight"), src.tensor(p + "attn.wo.bias"))
 
 

@@ -15,6 +15,7 @@ from block0_kit import SMALL, F64Block0, load_all
 from PIL import Image
 from vision_kit import SMALL_VISION, gradient, load_ref_vision, text_card
 
+import engram_viz.core.vit as vit_module
 from engram_viz.analysis.gates.picture_twin import picture_vs_placeholder
 from engram_viz.config import load_config
 from engram_viz.core.block0 import block0_streams
@@ -138,3 +139,11 @@ def test_without_a_vision_tower_pictures_are_labelled_no_image_features(folder, 
     plain = write_synthetic_checkpoint(tmp_path / "plain", "tiny", seed=0)
     with pytest.raises(CheckpointError, match="vision tensors are missing"):
         open_vision(plain)
+
+
+def test_attention_in_blocks_of_queries_is_bit_for_bit_one_call(parts, layer1, monkeypatch):
+    _, vision, _, _ = parts
+    _, _, img, _ = _prompt(text_card, 150, 100, layer1[0])
+    whole = encode_image(vision, img.patches, img.n_h, img.n_w)  # 110 patches: one block
+    monkeypatch.setattr(vit_module, "SCORES_PER_BLOCK", SMALL_VISION.vision_n_heads * 110 * 7)  # blocks of 7 rows
+    assert torch.equal(encode_image(vision, img.patches, img.n_h, img.n_w), whole)
