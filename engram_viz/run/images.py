@@ -4,29 +4,21 @@ Reference section 6: each image becomes the span ``[START] + ([IMAGE] * w + [NEW
 of ``h * (w + 1) + 2`` positions; every position of the span carries ``image_token_id`` (129264)
 in ``input_ids`` and ``token_types`` tells the parts apart (TEXT = -1, START / IMAGE / NEWLINE /
 END = 0 / 1 / 2 / 3). ``token_mask = token_types < 0`` is the Engram mask: image positions are
-DEAD in the hash (their look-backs block) and their gates are 0. No vision encoder is needed.
+DEAD in the hash (their look-backs block) and their gates are 0: hashes and gates need no vision encoder.
 
 Placeholders (case-insensitive, no spaces):
 
 - ``<image:WxH>`` - an explicit grid of W image tokens per row and H rows; its whole span
   ``H * (W + 1) + 2`` must fit ``vision_max_n_token`` (1,024), as the reference caps it;
 - ``<image:WxHpx>`` - an image of W x H pixels (each side 1..1,000,000); the grid follows from the
-  rule below.
+  reference's grid planning (``core.image_plan``: 640x480 -> 16x12, 1920x1080 -> 41x23, 100x100 -> 13x13);
+- ``<image:path/to/picture.png>`` - a real picture (``run.pictures``: PNG, JPEG, any format Pillow reads),
+  its grid planned from its size; ``<image>`` - the next picture of ``images=[...]`` (paths, encoded
+  bytes or Pillow images), as the reference pairs its image placeholders with its list of images.
 
-**Grid rule for an image size** (``image_grid``), the reference's grid planning
-(``plan_image_grid`` in the reference ``image_processor.py``; ENGRAM_REFERENCE.md section 6), with
-patch p = 14, downsample d = 3, span cap N = 1,024 and minimum area 295,936 pixels:
-
-1. if ``vision_max_wh_ratio`` is set and width > height * ratio, width = height * ratio;
-2. if width * height < min_pixels, scale both sides by sqrt(min_pixels / (width * height)) and
-   truncate each to an integer;
-3. round each side up to a multiple of p; the grid is h = ceil((H' // p) / d), w = ceil((W' // p) / d);
-4. if the span h * (w + 1) + 2 exceeds N, shrink the image, keeping its aspect ratio, to the largest
-   size whose span fits (a single column or a single row for extreme aspect ratios), and take the
-   grid of step 3 from that size.
-
-The arithmetic is the reference's, in float64 where it uses floats, so every size gets the
-reference's grid: 640x480 -> 16x12, 800x600 -> 20x15, 1920x1080 -> 41x23, 100x100 -> 13x13.
+The first two are placeholders: their spans carry **no image features** (``NO_FEATURES``; every
+stream label and the Trace's ``meta["image_spans"]`` say so). A picture's span carries its ViT patches
+(``ImageSpan.picture``), which a stream source with the vision tower turns into image features.
 """
 
 from __future__ import annotations
