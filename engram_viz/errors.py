@@ -95,6 +95,10 @@ class ImagePromptError(EngramVizError, ValueError):
     """A placeholder is malformed or asks for more image tokens than the model takes."""
 
 
+class PictureError(ImagePromptError):
+    """A prompt's picture is missing, empty, unreadable, truncated, or outside the prompt file's folder."""
+
+
 class StreamsError(EngramVizError, ValueError):
     """Residual streams (a tensor or a streams file) of the wrong shape, content or layers."""
 

@@ -77,3 +77,53 @@ check = ev.after_image_vs_fresh_start(pipe, " It stretches across the sky.")
 display(check)
 assert check["equal_rows"].all(), "the text after an image should hash exactly like a fresh sequence"
 print("all row ids equal: the first token after an image hashes as a sequence start")
+
+# %% [markdown]
+# ## A real picture beside its placeholder twin
+# A placeholder's span has the right length, token types and hashes, but it carries **no image
+# features**: the text after it reads streams the model never produces, because block 0's attention
+# reads the image positions. A real picture (`<image:path>`, or a bare `<image>` with `images=[...]`:
+# a path, PNG/JPEG bytes or a Pillow image) is pre-processed as the reference does and, on a
+# checkpoint with block 0 and the vision tower (`streams="block0"`), encoded by the ViT and aligner
+# and merged into the streams. Here on small SYNTHETIC weights (random, labelled so): the gates of
+# the text after the picture against the placeholder twin `<image:640x480px>` (same span, no features).
+
+# %%
+import tempfile
+from pathlib import Path
+
+from PIL import Image, ImageDraw
+
+from engram_viz.analysis.gates.picture_twin import picture_vs_placeholder
+from engram_viz.core.block0_config import Block0Config
+from engram_viz.core.vision_config import VisionConfig
+from engram_viz.weights.synthetic import write_synthetic_checkpoint
+
+small_block0 = Block0Config(
+    dim=64, n_heads=4, head_dim=64, rope_head_dim=16, q_lora_rank=32, o_groups=2, o_lora_rank=32,
+    window_size=16, n_routed_experts=8, n_activated_experts=3, moe_inter_dim=64,
+)  # fmt: skip
+small_vision = VisionConfig(dim=64, vision_n_layers=2, vision_dim=64, vision_n_heads=4, vision_inter_dim=96)
+folder = write_synthetic_checkpoint(
+    Path(tempfile.mkdtemp()) / "small-vision", "tiny", seed=0, block0=small_block0, vision=small_vision
+)
+card = Image.new("RGB", (640, 480), (240, 236, 220))
+draw = ImageDraw.Draw(card)
+for k in range(10):
+    draw.text((20, 20 + 45 * k), f"The Milky Way, line {k}", fill=(20, 20, 60))
+vision_pipe = ev.Pipeline(folder, streams="block0")
+twins = picture_vs_placeholder(vision_pipe, "Here is the Milky Way: ", card, " It stretches across the sky.")
+ev.notebook.provenance(twins)
+
+# %%
+layer1 = twins[twins["layer"] == 1]
+per_position = layer1.groupby(["k_after_image", "token"])["difference"].agg(lambda d: d.abs().max()).reset_index()
+ax = per_position.plot.bar(x="token", y="difference", legend=False, color="#4c72b0", figsize=(7, 3))
+ax.set(
+    xlabel="text after the picture", ylabel="max |gate difference| over streams", title="layer 1: picture - placeholder"
+)
+print(
+    f"largest layer-1 gate difference after the picture: {per_position['difference'].max():.3f} "
+    f"(window {small_block0.window_size}: beyond it block 0 reads text only and the twins agree again)"
+)
+per_position

@@ -166,9 +166,11 @@ class F64Block0:
         h, w2 = self.expert(flat, None)
         return self.rb(y + self.rb(qdq(self.rb(h)) @ w2.T)).view(x.shape)
 
-    def streams(self, ids: torch.Tensor, image: torch.Tensor) -> torch.Tensor:
-        """``[B, T]`` raw ids -> float64 streams entering layer 1 ``[B, T, hc, dim]``."""
-        h = self.t["embed.weight"][ids].double().unsqueeze(2).repeat(1, 1, self.cfg.hc_mult, 1)
+    def streams(self, ids: torch.Tensor, image: torch.Tensor, h0: torch.Tensor | None = None) -> torch.Tensor:
+        """``[B, T]`` raw ids -> float64 streams entering layer 1 ``[B, T, hc, dim]``; ``h0 [B, T, dim]``: the
+        embeddings to start from instead of ``embed.weight`` rows (pictures merged in)."""
+        h0 = self.t["embed.weight"][ids] if h0 is None else h0
+        h = h0.double().unsqueeze(2).repeat(1, 1, self.cfg.hc_mult, 1)
         a_pre, a_post, a_comb = self.mixes(h, "attn")
         y = self.attention(self.norm(h[:, :, 0], "attn_norm.weight"))
         x = self.rb(a_post[..., None] * y[:, :, None] + torch.einsum("btij,btid->btjd", a_comb, h))

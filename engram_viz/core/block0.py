@@ -9,10 +9,11 @@ The reference ``Transformer.forward`` up to layer 1 (a prefill from position 0):
     f_pre, f_post, f_comb = hc_mixes(x, hc_ffn_*)                      (f_pre feeds block 1, unused here)
     out    = expand(moe(RMSNorm(collapse(x, a_pre)), image), x, f_post, f_comb)     bf16 [B, T, hc, dim]
 
-``out`` is the ``h`` the reference passes to ``layers[1].engram``. Image spans: the reference merges
-vision features into ``h`` when it is given images; this port has no vision encoder, so image
-positions carry the image token's embedding (the caller's label must say so). ``image`` ``[B, T]``
-still selects the MoE's ``bias_vl`` there, as the reference's ``image_mask``.
+``out`` is the ``h`` the reference passes to ``layers[1].engram``. Image spans: given ``images`` and a
+vision tower, the pictures' features are merged into ``h`` before the hc repeat, where the reference
+merges them (``core.image_merge``); spans without a picture keep the image token's embedding (the
+caller's label says "no image features"). ``image`` ``[B, T]`` selects the MoE's ``bias_vl`` on every
+image position, as the reference's ``image_mask``.
 
 ``weights`` is any :class:`Block0Source`: tensors by name relative to ``layers.0.``, the fp8 GEMMs
 by module name, the routed experts on demand and the token embedding
@@ -21,14 +22,18 @@ by module name, the routed experts on demand and the token embedding
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 import torch
 
 from engram_viz.core.block0_config import Block0Config
 from engram_viz.core.hyper import collapse, expand, hc_mixes, rms_norm, stream0
+from engram_viz.core.image_merge import ImageInput, merge_images
 from engram_viz.core.moe import Linear, moe
+from engram_viz.core.vit import VisionSource
 from engram_viz.core.window_attention import window_attention
+from engram_viz.errors import InputError
 
 
 class Block0Source(Protocol):
@@ -80,9 +85,20 @@ def block0(h: torch.Tensor, src: Block0Source, image: torch.Tensor | None = None
     return expand(moe(f_in, moe_w, shared, src.expert, cfg, image), x, f_post, f_comb)
 
 
-def block0_streams(src: Block0Source, raw_ids: torch.Tensor, image: torch.Tensor | None = None) -> torch.Tensor:
-    """Raw ids ``[B, T]`` (a prefill from position 0) -> the streams entering Engram layer 1, bf16 ``[B, T, hc, dim]``."""
+def block0_streams(
+    src: Block0Source,
+    raw_ids: torch.Tensor,
+    image: torch.Tensor | None = None,
+    images: Sequence[Sequence[ImageInput]] = (),
+    vision: VisionSource | None = None,
+) -> torch.Tensor:
+    """Raw ids ``[B, T]`` (a prefill from position 0) -> the streams entering Engram layer 1, bf16 ``[B, T, hc, dim]``.
+    ``images``: each row's real pictures, merged into the embeddings by ``vision`` (``core.image_merge``)."""
     h = src.embed(raw_ids).to(torch.bfloat16)
+    if any(images):
+        if vision is None:
+            raise InputError("pictures were given without a vision tower (vision=None) to encode them")
+        merge_images(h, images, vision)
     h = h.unsqueeze(2).repeat(1, 1, src.config.hc_mult, 1)
     with torch.no_grad():
         return block0(h, src, image)

@@ -14,6 +14,9 @@ name                               dtype        shape
 ``embed.weight``                   BF16         ``[vocab_size, dim]``
 =================================  ===========  ================================================
 
+The vision path's names (``vision.*``, ``aligner.*``, ``image_start`` / ``image_end`` /
+``image_newline``) and shapes are in :func:`vision_tensors`.
+
 Pure naming: no file is read here. ``SAFETENSORS_DTYPES`` maps the safetensors dtype strings to
 torch dtypes and their sizes.
 """
@@ -25,6 +28,7 @@ import re
 import torch
 
 from engram_viz.config import FP8_BLOCK_SIZE, EngramConfig
+from engram_viz.core.vision_config import VisionConfig
 
 # safetensors dtype string -> (torch dtype, bytes per element)
 SAFETENSORS_DTYPES: dict[str, tuple[torch.dtype, int]] = {
@@ -90,3 +94,40 @@ def is_table_name(name: str) -> bool:
 def is_engram_path_name(name: str) -> bool:
     """True for a tensor the Engram path reads: ``embed.weight`` or any ``layers.N.engram.*``."""
     return name == EMBED_NAME or bool(ENGRAM_RE.match(name))
+
+
+def vision_tensors(cfg: VisionConfig) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """The vision tower, aligner and span delimiters (reference ``vision.py`` / ``Transformer``):
+    name -> (safetensors dtype, shape). V4.1-Flash: 32 blocks of width vd = 1024, 16 heads, MLP 2816,
+    patch 14 (588 = 3 x 14 x 14 inputs), downsample 3 (9 x 1024 aligner inputs), model width 5120.
+    Linear weights and biases are bf16 as the reference holds them; RMSNorm weights are float32 there,
+    stored here as F32 (a reader may also take BF16 and widen it)."""
+    vd, d = cfg.vision_dim, cfg.dim
+    out: dict[str, tuple[str, tuple[int, ...]]] = {
+        "vision.patch_embed.proj.weight": ("BF16", (vd, cfg.patch_pixels)),
+        "vision.patch_embed.proj.bias": ("BF16", (vd,)),
+    }
+    for i in range(cfg.vision_n_layers):
+        p = f"vision.blocks.{i}."
+        out[p + "norm1.weight"] = ("F32", (vd,))
+        out[p + "attn.wqkv.weight"] = ("BF16", (3 * vd, vd))
+        out[p + "attn.wqkv.bias"] = ("BF16", (3 * vd,))
+        out[p + "attn.wo.weight"] = ("BF16", (vd, vd))
+        out[p + "attn.wo.bias"] = ("BF16", (vd,))
+        out[p + "norm2.weight"] = ("F32", (vd,))
+        out[p + "mlp.w1.weight"] = ("BF16", (2 * cfg.vision_inter_dim, vd))
+        out[p + "mlp.w2.weight"] = ("BF16", (vd, cfg.vision_inter_dim))
+    out["vision.norm.weight"] = ("F32", (vd,))
+    cells = vd * cfg.vision_downsample_ratio**2
+    out["aligner.w1.weight"] = ("BF16", (d, cells))
+    out["aligner.w1.bias"] = ("BF16", (d,))
+    out["aligner.w2.weight"] = ("BF16", (d, d))
+    out["aligner.w2.bias"] = ("BF16", (d,))
+    for name in ("image_start", "image_end", "image_newline"):
+        out[name] = ("BF16", (d,))
+    return out
+
+
+def is_vision_name(name: str) -> bool:
+    """True for a tensor of the vision path (tower, aligner, span delimiters)."""
+    return name.startswith(("vision.", "aligner.")) or name in ("image_start", "image_end", "image_newline")

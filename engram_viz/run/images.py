@@ -4,48 +4,43 @@ Reference section 6: each image becomes the span ``[START] + ([IMAGE] * w + [NEW
 of ``h * (w + 1) + 2`` positions; every position of the span carries ``image_token_id`` (129264)
 in ``input_ids`` and ``token_types`` tells the parts apart (TEXT = -1, START / IMAGE / NEWLINE /
 END = 0 / 1 / 2 / 3). ``token_mask = token_types < 0`` is the Engram mask: image positions are
-DEAD in the hash (their look-backs block) and their gates are 0. No vision encoder is needed.
+DEAD in the hash (their look-backs block) and their gates are 0: hashes and gates need no vision encoder.
 
 Placeholders (case-insensitive, no spaces):
 
 - ``<image:WxH>`` - an explicit grid of W image tokens per row and H rows; its whole span
   ``H * (W + 1) + 2`` must fit ``vision_max_n_token`` (1,024), as the reference caps it;
 - ``<image:WxHpx>`` - an image of W x H pixels (each side 1..1,000,000); the grid follows from the
-  rule below.
+  reference's grid planning (``core.image_plan``: 640x480 -> 16x12, 1920x1080 -> 41x23, 100x100 -> 13x13);
+- ``<image:path/to/picture.png>`` - a real picture (``run.pictures``: PNG, JPEG, any format Pillow reads),
+  its grid planned from its size; ``<image>`` - the next picture of ``images=[...]`` (paths, encoded
+  bytes or Pillow images), as the reference pairs its image placeholders with its list of images.
 
-**Grid rule for an image size** (``image_grid``), the reference's grid planning
-(``plan_image_grid`` in the reference ``image_processor.py``; ENGRAM_REFERENCE.md section 6), with
-patch p = 14, downsample d = 3, span cap N = 1,024 and minimum area 295,936 pixels:
-
-1. if ``vision_max_wh_ratio`` is set and width > height * ratio, width = height * ratio;
-2. if width * height < min_pixels, scale both sides by sqrt(min_pixels / (width * height)) and
-   truncate each to an integer;
-3. round each side up to a multiple of p; the grid is h = ceil((H' // p) / d), w = ceil((W' // p) / d);
-4. if the span h * (w + 1) + 2 exceeds N, shrink the image, keeping its aspect ratio, to the largest
-   size whose span fits (a single column or a single row for extreme aspect ratios), and take the
-   grid of step 3 from that size.
-
-The arithmetic is the reference's, in float64 where it uses floats, so every size gets the
-reference's grid: 640x480 -> 16x12, 800x600 -> 20x15, 1920x1080 -> 41x23, 100x100 -> 13x13.
+The first two are placeholders: their spans carry **no image features** (``NO_FEATURES``; every
+stream label and the Trace's ``meta["image_spans"]`` say so). A picture's span carries its ViT patches
+(``ImageSpan.picture``), which a stream source with the vision tower turns into image features.
 """
 
 from __future__ import annotations
 
-import math
 import re
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from engram_viz.config import IMAGE, IMAGE_END, IMAGE_NEWLINE, IMAGE_START, TEXT, EngramConfig, load_config
 from engram_viz.core.tokenizer import BOS_ID, get_tokenizer
 from engram_viz.errors import ImagePromptError, InputTypeError
+from engram_viz.run.pictures import MAX_IMAGE_SIDE, Picture, load_picture, open_image, plan_for
 
-PLACEHOLDER = re.compile(r"<image:([^<>]*)>", re.IGNORECASE)
+PLACEHOLDER = re.compile(r"<image(?::([^<>]*))?>", re.IGNORECASE)  # group 1 None: a bare <image>
 _OPEN = re.compile(r"<image:", re.IGNORECASE)
 _SPEC = re.compile(r"^\s*(\d+)\s*[x×]\s*(\d+)\s*(px)?\s*$", re.IGNORECASE | re.ASCII)
-MAX_IMAGE_SIDE = 1_000_000  # pixels per side of <image:WxHpx>
 MAX_SIDE_DIGITS = 7  # longer numbers are refused before conversion
+NO_FEATURES = "no image features"  # how every output labels a placeholder span
 
 
 @dataclass(frozen=True)
@@ -57,11 +52,22 @@ class ImageSpan:
     width: int  # image tokens per row (w)
     height: int  # rows (h)
     placeholder: str  # the placeholder text, e.g. "<image:640x480px>"
-    pixels: tuple[int, int] | None = None  # (W, H) in pixels when given as an image size
+    pixels: tuple[int, int] | None = None  # (W, H) in pixels when given as an image size or a picture
+    picture: Picture | None = None  # the real picture, or None for a placeholder (no image features)
 
     @property
     def length(self) -> int:
         return self.height * (self.width + 1) + 2
+
+    @property
+    def has_features(self) -> bool:
+        """True for a real picture (the vision encoder fills the span); False for a placeholder."""
+        return self.picture is not None
+
+    @property
+    def kind(self) -> str:
+        """What fills the span: the picture's name, or ``"placeholder: no image features"``."""
+        return self.picture.label if self.picture is not None else f"{self.placeholder}: {NO_FEATURES}"
 
 
 @dataclass
@@ -85,49 +91,11 @@ def span_length(width: int, height: int) -> int:
     return height * (width + 1) + 2
 
 
-def _grid_of(width_px: float, height_px: float, patch: int, down: int) -> tuple[int, int]:
-    """``(w, h)``: the ViT patch grid of a pixel size, downsampled d x d (partial cells count)."""
-    return math.ceil((width_px // patch) / down), math.ceil((height_px // patch) / down)
-
-
-def _largest_fitting_size(width: float, height: float, patch: int, down: int, max_span: int) -> tuple[int, int]:
-    """Pixel size ``(W', H')``, multiples of the patch, of the largest aspect-preserving resize whose
-    span fits ``max_span``. Solving ``h (w + 1) + 2 = N`` with ``h = w r`` for w gives
-    ``w = sqrt((N - 2) / r + 1/4) - 1/2``; a whole number of cells per side is then kept."""
-    ratio = height / width
-    w_cells = math.sqrt((max_span - 2) / ratio + 0.25) - 0.5
-    h_cells = w_cells * ratio
-    cell = patch * down
-    if w_cells < 1.0:  # taller than even one column allows: one column of (N - 2) // 2 rows
-        return cell, (max_span - 2) // 2 * cell
-    if h_cells < 1.0:  # wider than one row allows: one row of N - 3 tokens
-        return (max_span - 3) * cell, cell
-    beta = min(math.floor(w_cells) * cell / width, math.floor(h_cells) * cell / height)
-    return math.floor(width * beta / patch) * patch, math.floor(height * beta / patch) * patch
-
-
 def image_grid(width_px: int, height_px: int, config: EngramConfig | str = "tiny") -> tuple[int, int]:
     """Grid ``(w, h)`` of image tokens for an image of ``width_px x height_px`` pixels: the
-    reference's grid planning (rule in the module docstring)."""
-    cfg = load_config(config)
-    for side in (width_px, height_px):
-        if not 1 <= side <= MAX_IMAGE_SIDE:
-            raise ImagePromptError(
-                f"image size {width_px}x{height_px}px: each side must be 1..{MAX_IMAGE_SIDE:,} pixels"
-            )
-    patch, down, max_span = cfg.vision_patch_size, cfg.vision_downsample_ratio, cfg.vision_max_n_token
-    width, height = int(width_px), int(height_px)
-    if cfg.vision_max_wh_ratio is not None and width > height * cfg.vision_max_wh_ratio:
-        width = height * cfg.vision_max_wh_ratio
-    if 0 < width * height < cfg.vision_min_pixels:  # raise small images to the minimum area
-        scale = (cfg.vision_min_pixels / (width * height)) ** 0.5
-        width, height = int(width * scale), int(height * scale)
-    w, h = _grid_of(math.ceil(width / patch) * patch, math.ceil(height / patch) * patch, patch, down)
-    if span_length(w, h) > max_span:
-        w, h = _grid_of(*_largest_fitting_size(width, height, patch, down, max_span), patch, down)
-    if w < 1 or h < 1 or span_length(w, h) > max_span:  # the reference asserts this never happens
-        raise ImagePromptError(f"image size {width_px}x{height_px}px gives no usable grid ({w}x{h})")
-    return w, h
+    reference's grid planning (rule in ``core.image_plan``)."""
+    plan = plan_for(width_px, height_px, config)
+    return plan.w, plan.h
 
 
 def _side(spec: str, digits: str) -> int:
@@ -146,15 +114,21 @@ def _parse_spec(spec: str) -> tuple[int, int, bool]:
     m = _SPEC.match(spec)
     if not m:
         raise ImagePromptError(
-            f"image placeholder <image:{spec[:40]}> is malformed; expected <image:WxH> (a grid of image tokens) "
-            "or <image:WxHpx> (an image size in pixels), e.g. <image:16x12> or <image:640x480px>"
+            f"image placeholder <image:{spec[:40]}> is malformed; expected <image:WxH> (a grid of image tokens), "
+            "<image:WxHpx> (an image size in pixels) or <image:path/to/picture.png> (a real picture), "
+            "e.g. <image:16x12> or <image:640x480px>"
         )
     return _side(spec, m.group(1)), _side(spec, m.group(2)), bool(m.group(3))
 
 
 def parse_placeholder(spec: str, config: EngramConfig | str = "tiny") -> tuple[int, int, tuple[int, int] | None]:
-    """``"WxH"`` (grid) or ``"WxHpx"`` (pixels) -> ``(w, h, pixels or None)``, checked."""
+    """``"WxH"`` (grid), ``"WxHpx"`` (pixels) or a picture's path (read now, relative to the working
+    folder) -> ``(w, h, pixels or None)``, checked."""
     cfg = load_config(config)
+    if is_picture_spec(spec):
+        image, _ = open_image(spec.strip())
+        plan = plan_for(image.width, image.height, cfg)
+        return plan.w, plan.h, (image.width, image.height)
     a, b, pixels = _parse_spec(spec)
     if pixels:
         w, h = image_grid(a, b, cfg)
@@ -170,22 +144,50 @@ def parse_placeholder(spec: str, config: EngramConfig | str = "tiny") -> tuple[i
     return a, b, None
 
 
-def check_placeholders(text: str, config: EngramConfig | str | None = None) -> None:
+def is_picture_spec(spec: str | None) -> bool:
+    """True when a placeholder names a real picture: a bare ``<image>`` (the next of ``images``) or a
+    path (``<image:path/to/picture.png>``: it holds a dot or a slash and is no ``WxH`` size)."""
+    return spec is None or (not _SPEC.match(spec) and any(c in spec for c in "./\\"))
+
+
+def named_pictures(text: str) -> list[str]:
+    """The picture paths a text names in ``<image:path>`` placeholders, in order."""
+    return [
+        m.group(1).strip() for m in PLACEHOLDER.finditer(text) if m.group(1) is not None and is_picture_spec(m.group(1))
+    ]
+
+
+def check_placeholders(text: str, config: EngramConfig | str | None = None, images: int = 0) -> None:
     """The :class:`ImagePromptError` ``build_input`` would raise for the placeholders of ``text``,
-    without tokenizing; with ``config`` None only their syntax (well formed, terminated, numbers
-    of at most 7 digits, sides at least 1), which no config changes."""
-    cursor = 0
+    without tokenizing or reading pictures; with ``config`` None only their syntax (well formed,
+    terminated, numbers of at most 7 digits, sides at least 1), which no config changes. ``images``:
+    how many pictures come with the text for its bare ``<image>`` placeholders."""
+    cursor, bare = 0, 0
     for m in PLACEHOLDER.finditer(text):
         _check_terminated(text[cursor : m.start()])
-        if config is not None:
-            parse_placeholder(m.group(1), config)
+        spec = m.group(1)
+        bare += spec is None
+        if is_picture_spec(spec):
+            pass  # a picture: read when the prompt is built
+        elif config is not None:
+            parse_placeholder(spec, config)
         else:
-            a, b, pixels = _parse_spec(m.group(1))
+            a, b, pixels = _parse_spec(spec)
             if a < 1 or b < 1:
                 what = "both sides must be at least 1 pixel" if pixels else "the grid must be at least 1x1"
                 raise ImagePromptError(f"image placeholder {m.group(0)[:40]}: {what}")
         cursor = m.end()
     _check_terminated(text[cursor:])
+    if bare != images:
+        raise ImagePromptError(_count_message(bare, images))
+
+
+def _count_message(bare: int, images: int) -> str:
+    return (
+        f"the text holds {bare} bare <image> placeholder{'s' * (bare != 1)} and {images} picture"
+        f"{'s' * (images != 1)} come with it; each <image> takes the next picture of 'images' "
+        "(or name the file in the text: <image:path/to/picture.png>)"
+    )
 
 
 def _check_terminated(segment: str) -> None:
@@ -213,20 +215,50 @@ def _encode_segment(tokenizer, segment: str) -> list[int]:
     return tokenizer.encode(segment) if segment else []
 
 
+def _span_of(
+    spec: str | None, placeholder: str, cfg: EngramConfig, pictures: Iterator[Any], folder: Path | None, confined: bool
+) -> tuple[int, int, tuple[int, int] | None, Picture | None]:
+    """``(w, h, pixels, picture)`` of one placeholder: a size, a grid, a named or the next given picture."""
+    if not is_picture_spec(spec):
+        assert spec is not None  # a bare <image> is a picture spec
+        return (*parse_placeholder(spec, cfg), None)
+    source = spec.strip() if spec is not None else next(pictures, None)
+    if source is None:
+        raise ImagePromptError(f"{placeholder} has no picture: pass images=[...] (one per bare <image>)")
+    picture = load_picture(source, cfg, folder=folder, confined=confined)
+    return picture.plan.w, picture.plan.h, picture.size, picture
+
+
 def build_input(
-    text: str, tokenizer=None, config: EngramConfig | str | None = None, bos: bool = True
+    text: str,
+    tokenizer=None,
+    config: EngramConfig | str | None = None,
+    bos: bool = True,
+    *,
+    images: Sequence[Any] = (),
+    folder: str | Path | None = None,
+    confined: bool = False,
 ) -> ImageTextInput:
-    """Tokenize ``text``, expanding every ``<image:...>`` placeholder into an image span.
+    """Tokenize ``text``, expanding every ``<image...>`` placeholder into an image span.
 
     Text segments are tokenized separately (no special tokens); ``bos`` prepends the BOS token
     (a text position). ``tokenizer``: an ``EngramTokenizer`` (default: the bundled one for
-    ``config``, default config ``tiny``).
+    ``config``, default config ``tiny``). Pictures: ``<image:path>`` names a file (relative to
+    ``folder`` when given, else the working folder; ``confined``: it must lie inside ``folder``), and
+    each bare ``<image>`` takes the next of ``images`` (paths, encoded bytes or Pillow images).
     """
     if not isinstance(text, str):
         raise InputTypeError(f"text must be a str, got {type(text).__name__}")
     if tokenizer is None:
         tokenizer = get_tokenizer(config or "tiny")
     cfg = load_config(config) if config is not None else tokenizer.config
+    if isinstance(images, (str, bytes, Path)) or not isinstance(images, Sequence):
+        images = [images]
+    bare = sum(m.group(1) is None for m in PLACEHOLDER.finditer(text))
+    if bare != len(images):
+        raise ImagePromptError(_count_message(bare, len(images)))
+    base = Path(folder) if folder is not None else None
+    pictures = iter(images)
     ids: list[np.ndarray] = []
     types: list[np.ndarray] = []
     spans: list[ImageSpan] = []
@@ -246,9 +278,9 @@ def build_input(
     cursor = 0
     for m in PLACEHOLDER.finditer(text):
         add_text(_encode_segment(tokenizer, text[cursor : m.start()]))
-        w, h, pixels = parse_placeholder(m.group(1), cfg)
+        w, h, pixels, picture = _span_of(m.group(1), m.group(0), cfg, pictures, base, confined)
         span_ids, span_types = image_span(w, h, cfg)
-        spans.append(ImageSpan(pos, pos + len(span_ids), w, h, m.group(0), pixels))
+        spans.append(ImageSpan(pos, pos + len(span_ids), w, h, m.group(0), pixels, picture))
         ids.append(span_ids)
         types.append(span_types)
         pos += len(span_ids)

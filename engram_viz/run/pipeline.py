@@ -23,7 +23,10 @@
 
 ``run(prompts, names=...) -> Trace``: prompts are strings, ``{"id", "category", "text"}`` dicts or
 objects with those attributes; ``<image:WxH>`` / ``<image:WxHpx>`` placeholders expand into image
-spans (``images.build_input``). Prompts run in batches of ``batch_size`` (right-padded; the hash
+spans with no image features (``images.build_input``), real pictures (``<image:path>``, or bare
+``<image>`` filled from a prompt's ``"images"``: paths, PNG/JPEG bytes or Pillow images) into spans the
+``block0`` streams fill with the vision tower's features when the checkpoint has one; the Trace's
+``meta["image_spans"]`` says what fills each span. Prompts run in batches of ``batch_size`` (right-padded; the hash
 and the gates of a position depend only on it and earlier positions, so padding changes
 nothing). Row ids, token mask and gates are always captured; ``names`` adds hook names or globs.
 Each batch's capture goes to the CPU and the next batch starts clean, so memory does not grow
@@ -46,14 +49,15 @@ from engram_viz.config import TEXT, EngramConfig
 from engram_viz.core.devices import resolve_device
 from engram_viz.core.engram import Engram
 from engram_viz.core.hashing import HashConstants, TokenInputError, check_id_values, check_token_types, id_sequence
+from engram_viz.core.image_merge import ImageInput
 from engram_viz.core.tokenizer import get_tokenizer
 from engram_viz.errors import CheckpointError, InputError, PromptTypeError
 from engram_viz.run.capture import DEFAULT_NAMES, ActivationCache, HookFn, HookRegistry
-from engram_viz.run.images import ImagePromptError, build_input
+from engram_viz.run.images import ImagePromptError, ImageSpan, ImageTextInput, build_input
 from engram_viz.run.prompt_text import PromptInputError, check_prompt_text
 from engram_viz.run.prompts import Prompt, build_prompt
 from engram_viz.run.stream_sources import StreamsFn, choose_stream_source, runs_model_whole
-from engram_viz.run.streams import StreamSource
+from engram_viz.run.streams import BatchImages, StreamSource
 from engram_viz.run.trace import Trace, trace_from_cache
 from engram_viz.tiny.files import load_tiny_model
 from engram_viz.tiny.model import TinyEngramLM
@@ -72,6 +76,21 @@ class PromptInput:
     text: str
     input_ids: np.ndarray
     token_types: np.ndarray
+    spans: tuple[ImageSpan, ...] = ()  # image spans; those with a picture get image features where the streams can
+
+    def pictures(self) -> list[ImageInput]:
+        """The reference's ``ImageInput`` of each span that holds a real picture."""
+        return [
+            ImageInput(
+                s.start,
+                torch.from_numpy(self.token_types[s.start : s.stop]),
+                s.picture.patches,
+                s.picture.plan.vit_h,
+                s.picture.plan.vit_w,
+            )
+            for s in self.spans
+            if s.picture is not None
+        ]
 
 
 def _get(p: Any, key: str, default: Any = None) -> Any:
@@ -90,6 +109,11 @@ def _prompt_fields(p: Any, i: int) -> tuple[str, str, str | None, Any, Any]:
     if text is None and ids is None:
         raise PromptInputError(f"prompt #{i} ({_get(p, 'id', '?')!r}) has neither 'text' nor 'input_ids'")
     return str(_get(p, "id", f"p{i}")), str(_get(p, "category", "") or ""), text, ids, _get(p, "token_types")
+
+
+def _span_record(span: ImageSpan) -> dict[str, Any]:
+    """One image span as the Trace meta lists it: positions, grid and what fills it."""
+    return {"start": span.start, "stop": span.stop, "grid": [span.width, span.height], "fill": span.kind}
 
 
 class Pipeline:
@@ -226,14 +250,16 @@ class Pipeline:
                 )
                 continue
             pid, cat, text, ids, types = _prompt_fields(p, i)
+            spans: tuple[ImageSpan, ...] = ()
             if ids is not None:  # pre-tokenized (e.g. random-token controls): used as given, no BOS added
                 ids, types = self._pretokenized(pid, ids, types)
                 text = text if text is not None else self.tokenizer.decode(ids)
             else:
-                text, ids, types = self._tokenized(pid, text, _get(p, "source"))
+                built_in = self._tokenized(pid, text, p)
+                text, ids, types, spans = built_in.text, built_in.input_ids, built_in.token_types, built_in.spans
             if len(ids) == 0:
                 raise PromptInputError(f"prompt {pid!r} produced no tokens; give a non-empty text")
-            out.append(PromptInput(pid, cat, text, ids, types))
+            out.append(PromptInput(pid, cat, text, ids, types, spans))
         ids = [p.id for p in out]
         dup = sorted({x for x in ids if ids.count(x) > 1})
         if dup:
@@ -254,16 +280,26 @@ class Pipeline:
             raise TokenInputError(f"prompt {pid!r}: {len(types_t)} token_types for {len(ids_t)} input_ids")
         return ids_t.numpy(), types_t.numpy()
 
-    def _tokenized(self, pid: str, text: Any, source: Any) -> tuple[str, np.ndarray, np.ndarray]:
-        """``(text, ids, token types)`` of a text prompt, checked by the rule the prompt file and the
-        widget use (``prompt_text.check_prompt_text``); image errors name the prompt (and its file)."""
+    def _tokenized(self, pid: str, text: Any, p: Any) -> ImageTextInput:
+        """A text prompt built, checked by the rule the prompt file and the widget use
+        (``prompt_text.check_prompt_text``); its pictures: ``<image:path>`` in the text and ``images``
+        (paths, bytes or Pillow images for bare ``<image>``; a prompt file's stay in its ``folder``).
+        Image errors name the prompt (and its file)."""
         text = check_prompt_text(text, name=f"prompt {pid!r}")
+        folder, source = _get(p, "folder"), _get(p, "source")
         try:
-            built = build_input(text, self.tokenizer, self.config, bos=self.bos)
+            return build_input(
+                text,
+                self.tokenizer,
+                self.config,
+                bos=self.bos,
+                images=_get(p, "images") or (),
+                folder=folder,
+                confined=folder is not None,
+            )
         except ImagePromptError as err:
             where = f"{source}: " if isinstance(source, str) else ""
-            raise ImagePromptError(f"{where}prompt {pid!r}: {err}") from None
-        return text, built.input_ids, built.token_types
+            raise type(err)(f"{where}prompt {pid!r}: {err}") from None
 
     def _pad(self, batch: Sequence[PromptInput]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         t = max(len(p.input_ids) for p in batch)
@@ -277,9 +313,12 @@ class Pipeline:
 
     # -- forward ----------------------------------------------------------------------------------
 
-    def forward(self, input_ids: torch.Tensor, token_types: torch.Tensor | None = None) -> dict[int, torch.Tensor]:
+    def forward(
+        self, input_ids: torch.Tensor, token_types: torch.Tensor | None = None, images: BatchImages = ()
+    ) -> dict[int, torch.Tensor]:
         """One forward over ``input_ids [B, T]``; returns each Engram layer's output ``[B, T, hc, dim]``
-        (whole-model mode: also ``-1`` -> the LM's logits). Hooks fire on the way."""
+        (whole-model mode: also ``-1`` -> the LM's logits). ``images``: each row's real pictures
+        (``PromptInput.pictures``), for stream sources with a vision tower. Hooks fire on the way."""
         if token_types is None:
             token_types = torch.full(input_ids.shape, TEXT, dtype=torch.int64)
         mask = token_types < 0
@@ -299,7 +338,7 @@ class Pipeline:
         out = {}
         with torch.no_grad():
             for li, (n, engram) in enumerate(self.engrams.items()):
-                x = self.streams_source(input_ids, token_types, n).x
+                x = self.streams_source(input_ids, token_types, n, images).x
                 out[n] = engram(x.to(self.device), hashes[:, :, li].to(self.device), mask.to(self.device))
         return out
 
@@ -311,8 +350,10 @@ class Pipeline:
         hooks: Mapping[str, HookFn] | None = None,
     ) -> tuple[dict[int, torch.Tensor], ActivationCache]:
         """All prompts in one padded batch: ``(outputs, cache)`` (TransformerLens style)."""
-        ids, types, _ = self._pad(self.build(prompts))
-        return self.registry.run_with_cache(lambda: self.forward(ids, types), names, device, hooks)
+        built = self.build(prompts)
+        ids, types, _ = self._pad(built)
+        images = [p.pictures() for p in built]
+        return self.registry.run_with_cache(lambda: self.forward(ids, types, images), names, device, hooks)
 
     def run(
         self,
@@ -340,8 +381,9 @@ class Pipeline:
         parts = []
         for chunk in chunks:
             ids, types, lengths = self._pad(chunk)
+            images = [p.pictures() for p in chunk]
             _, cache = self.registry.run_with_cache(
-                lambda ids=ids, types=types: self.forward(ids, types), wanted, "cpu", hooks
+                lambda ids=ids, types=types, images=images: self.forward(ids, types, images), wanted, "cpu", hooks
             )
             parts.append(
                 trace_from_cache(
@@ -369,6 +411,7 @@ class Pipeline:
         trace = Trace.concat(parts)
         if trace.prompt_ids != [p.id for p in built]:
             trace = trace.select([p.id for p in built])
+        trace.meta["image_spans"] = {p.id: [_span_record(s) for s in p.spans] for p in built if p.spans}
         return trace
 
     def _meta(self) -> dict[str, Any]:

@@ -1,7 +1,9 @@
 """Prompt sets: ``data/prompts/default.jsonl`` and user JSONL files, built into model inputs.
 
 One JSON object per line: ``{"id": str, "category": str, "text": str}``. Text may hold image
-placeholders (``<image:WxH>``, ``<image:WxHpx>``; see ``images``). A random-token control stores
+placeholders (``<image:WxH>``, ``<image:WxHpx>``; see ``images``) and real pictures: ``<image:pic.png>``
+in the text, or bare ``<image>`` placeholders filled in order from ``"images": ["pic.png", ...]``; a
+file's pictures are read relative to its folder and may not lead outside it. A random-token control stores
 no text but a seed: ``{"id", "category": "random_token", "text": null, "seed": int, "length": int}``;
 its raw ids are drawn at load time by ``numpy.random.default_rng(seed).integers(3, 128000, length)``
 (the base vocabulary without BOS/EOS/pad; added tokens excluded), so they never depend on a
@@ -36,8 +38,9 @@ import numpy as np
 
 from engram_viz.config import DATA_DIR, TEXT, EngramConfig
 from engram_viz.core.tokenizer import BOS_ID, get_tokenizer
-from engram_viz.errors import PromptError
-from engram_viz.run.images import ImagePromptError, ImageTextInput, build_input, check_placeholders
+from engram_viz.errors import PictureError, PromptError
+from engram_viz.run.images import ImagePromptError, ImageTextInput, build_input, check_placeholders, named_pictures
+from engram_viz.run.pictures import open_image
 from engram_viz.run.prompt_text import PromptInputError, check_prompt_text
 
 DEFAULT_PROMPTS = DATA_DIR / "prompts" / "default.jsonl"
@@ -66,6 +69,8 @@ class Prompt:
     seed: int | None = None
     length: int | None = None
     source: str | None = field(default=None, compare=False)
+    images: tuple[str, ...] = ()  # pictures for the text's bare <image> placeholders, in order
+    folder: Path | None = field(default=None, compare=False)  # a prompt file's folder: its pictures stay inside
 
     @property
     def is_random(self) -> bool:
@@ -83,7 +88,17 @@ def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _parse(obj: object, where: str, lineno: int) -> Prompt:
+def _images(obj: dict, where: str, pid: str) -> tuple[str, ...]:
+    """The ``"images"`` field: a list of picture paths (relative to the prompt file's folder)."""
+    images = obj.get("images", [])
+    if not isinstance(images, list) or not all(isinstance(x, str) and x.strip() for x in images):
+        raise PromptError(
+            f"{where}: prompt {pid!r}: 'images' must be a list of picture paths (strings), got {_short(images)}"
+        )
+    return tuple(images)
+
+
+def _parse(obj: object, where: str, lineno: int, folder: Path | None = None) -> Prompt:
     if not isinstance(obj, dict):
         raise PromptError(f"{where}: expected a JSON object per line, got {type(obj).__name__}")
     pid = obj.get("id", f"line{lineno}")
@@ -101,12 +116,18 @@ def _parse(obj: object, where: str, lineno: int) -> Prompt:
                 f"and 'length' in 1..{MAX_RANDOM_LENGTH:,}, got seed={_short(seed)} length={_short(length)}"
             )
         return Prompt(pid, category, None, seed, length, source=where)
+    images = _images(obj, where, pid)
     try:  # one rule with the widget and Pipeline.run: text, not blank, valid UTF-8 (no lone surrogate)
         text = check_prompt_text(text, name="'text'")
-        check_placeholders(text)  # syntax now; limits that depend on the config when it is built
+        check_placeholders(text, images=len(images))  # syntax now; limits and pictures when it is built
     except (PromptInputError, ImagePromptError) as err:
         raise PromptError(f"{where}: prompt {pid!r}: {err}") from None
-    return Prompt(pid, category, text, source=where)
+    try:  # every picture read now (before any model loads), again when the prompt is built
+        for picture in [*named_pictures(text), *images]:
+            open_image(picture, folder, confined=folder is not None)
+    except PictureError as err:
+        raise PictureError(f"{where}: prompt {pid!r}: {err}") from None
+    return Prompt(pid, category, text, source=where, images=images, folder=folder)
 
 
 def _short(value: object) -> str:
@@ -160,7 +181,7 @@ def load_prompts(path: str | Path | None = None, categories: list[str] | None = 
             obj = json.loads(line)
         except (ValueError, RecursionError) as err:  # JSONDecodeError; an integer of over 4,300 digits
             raise PromptError(f"{where}: not valid JSON: {str(err)[:200]}") from None
-        p = _parse(obj, where, lineno)
+        p = _parse(obj, where, lineno, path.parent)
         if p.id in seen:
             raise PromptError(f"{where}: duplicate prompt id {p.id!r}")
         seen.add(p.id)
@@ -183,11 +204,19 @@ def build_prompt(
         tokenizer = get_tokenizer(config or "tiny")
     if prompt.text is not None:  # not a random-token control (Prompt.is_random)
         try:
-            return build_input(prompt.text, tokenizer, config, bos=bos)
+            return build_input(
+                prompt.text,
+                tokenizer,
+                config,
+                bos=bos,
+                images=prompt.images,
+                folder=prompt.folder,
+                confined=prompt.folder is not None,
+            )
         except ImagePromptError as err:
             if prompt.source is None:
                 raise
-            raise ImagePromptError(f"{prompt.source}: prompt {prompt.id!r}: {err}") from None
+            raise type(err)(f"{prompt.source}: prompt {prompt.id!r}: {err}") from None
     drawn = prompt.random_ids()
     ids = np.concatenate([[BOS_ID], drawn]).astype(np.int64) if bos else drawn
     types = np.full(len(ids), TEXT, dtype=np.int64)

@@ -28,12 +28,14 @@ from engram_viz.config import TEXT, EngramConfig
 from engram_viz.core.engram import Engram
 from engram_viz.errors import StreamsError
 from engram_viz.run.streams import (
+    BatchImages,
     Block0Streams,
     Streams,
     StreamSource,
     captured_layers,
     check_streams,
     embedding_streams,
+    image_clause,
     load_captured_streams,
 )
 from engram_viz.tiny.model import TinyEngramLM
@@ -54,7 +56,9 @@ class ModelStreams(StreamSource):
     def __init__(self, lm: TinyEngramLM):
         self.lm = lm
 
-    def __call__(self, raw_ids: torch.Tensor, token_types: torch.Tensor, layer: int) -> Streams:
+    def __call__(
+        self, raw_ids: torch.Tensor, token_types: torch.Tensor, layer: int, images: BatchImages = ()
+    ) -> Streams:
         # cast: the LM's ModuleDict holds its Engram layers, typed as plain Modules
         engrams = {int(k): cast(Engram, e) for k, e in self.lm.engrams.items()}
         if layer not in engrams:
@@ -63,7 +67,8 @@ class ModelStreams(StreamSource):
         device = next(self.lm.parameters()).device
         with engrams[layer].hook_streams.add_hook(lambda x, name: seen.update(x=x.detach().clone())), torch.no_grad():
             self.lm(raw_ids.to(device), (token_types < 0).to(device))
-        return Streams(seen["x"], self.label, "model", layer, raw_ids, token_types)
+        label = self.label + image_clause(token_types, images, None)  # the tiny LM has no vision tower
+        return Streams(seen["x"], label, "model", layer, raw_ids, token_types)
 
 
 class EmbeddingStreams(StreamSource):
@@ -75,7 +80,9 @@ class EmbeddingStreams(StreamSource):
         self.checkpoint = checkpoint
         self.label = ""  # filled from streams.embedding_streams on the first call
 
-    def __call__(self, raw_ids: torch.Tensor, token_types: torch.Tensor, layer: int) -> Streams:
+    def __call__(
+        self, raw_ids: torch.Tensor, token_types: torch.Tensor, layer: int, images: BatchImages = ()
+    ) -> Streams:
         s = embedding_streams(self.checkpoint, raw_ids, token_types)
         self.label = s.label
         return dataclasses.replace(s, layer=layer)
@@ -94,7 +101,9 @@ class CapturedStreams(StreamSource):
         self.path, self.config = path, config
         self.label = f"captured streams from {path.name}"
 
-    def __call__(self, raw_ids: torch.Tensor, token_types: torch.Tensor, layer: int) -> Streams:
+    def __call__(
+        self, raw_ids: torch.Tensor, token_types: torch.Tensor, layer: int, images: BatchImages = ()
+    ) -> Streams:
         s = load_captured_streams(self.path, layer, self.config)
         assert s.input_ids is not None  # a captured-streams file always holds its input_ids
         if not torch.equal(s.input_ids, raw_ids):
@@ -121,9 +130,12 @@ class CallableStreams(StreamSource):
         self.fn, self.config = fn, config
         self.label = f"user streams from {getattr(fn, '__name__', type(fn).__name__)}"
 
-    def __call__(self, raw_ids: torch.Tensor, token_types: torch.Tensor, layer: int) -> Streams:
+    def __call__(
+        self, raw_ids: torch.Tensor, token_types: torch.Tensor, layer: int, images: BatchImages = ()
+    ) -> Streams:
         x = check_streams(self.fn(raw_ids, token_types, layer), f"streams for layer {layer}", self.config)
-        return Streams(x, self.label, "callable", layer, raw_ids, token_types)
+        label = self.label + image_clause(token_types, images, None)  # the user's function sees no pixels
+        return Streams(x, label, "callable", layer, raw_ids, token_types)
 
 
 def runs_model_whole(streams: str | Path | StreamsFn) -> bool:

@@ -41,6 +41,7 @@ with ``input_ids`` (and ``token_types``) to :func:`save_captured_streams`.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -52,8 +53,12 @@ from safetensors.torch import save_file
 from engram_viz._files import atomic_path
 from engram_viz.config import IMAGE_END, TEXT, EngramConfig, load_config
 from engram_viz.core.block0 import Block0Source, block0_streams
+from engram_viz.core.image_merge import ImageInput
+from engram_viz.core.vit import VisionSource
 from engram_viz.errors import CheckpointError, InputTypeError, StreamsError
+from engram_viz.run.images import NO_FEATURES
 from engram_viz.weights.block0_reader import open_block0
+from engram_viz.weights.vision_reader import has_vision, open_vision
 
 STREAM_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 ID_DTYPES = (torch.int64, torch.int32)
@@ -86,12 +91,16 @@ class Streams:
 class StreamSource(Protocol):
     """Where a Pipeline's streams come from (``run.stream_sources``; :class:`Block0Streams`): ``name`` (the
     Trace meta's ``streams_mode``), ``label`` (how it labels itself: the last call's streams, which may add
-    a clause, e.g. for image positions) and ``source(raw_ids [B, T], token_types [B, T], layer) -> Streams``."""
+    a clause, e.g. for image positions) and ``source(raw_ids [B, T], token_types [B, T], layer, images) -> Streams``;
+    ``images`` holds each row's real pictures (``core.image_merge.ImageInput``), which only a source with a
+    vision tower turns into image features (:func:`image_clause` says which spans got none)."""
 
     name: str
     label: str
 
-    def __call__(self, raw_ids: torch.Tensor, token_types: torch.Tensor, layer: int) -> Streams: ...
+    def __call__(
+        self, raw_ids: torch.Tensor, token_types: torch.Tensor, layer: int, images: BatchImages = ()
+    ) -> Streams: ...
 
     def prompts(self) -> list[dict[str, Any]] | None:
         """The prompts these streams belong to (a captured file's), which run as one batch; None: any prompts."""
@@ -150,6 +159,41 @@ def _as_id_matrix(raw_ids: Any, what: str) -> torch.Tensor:
     return ids.to(torch.int64)
 
 
+BatchImages = Sequence[Sequence[ImageInput]]  # per batch row, its real pictures
+
+
+def picture_positions(token_types: torch.Tensor, images: BatchImages) -> torch.Tensor:
+    """``[B, T]`` bool: the positions of spans that come with a real picture."""
+    covered = torch.zeros(token_types.shape, dtype=torch.bool)
+    for b, row in enumerate(images):
+        for img in row:
+            covered[b, img.start : img.start + img.types.numel()] = True
+    return covered
+
+
+def image_clause(token_types: torch.Tensor, images: BatchImages, features: str | None) -> str:
+    """What a stream label says about image spans: pictures whose features ``features`` names (None:
+    these streams merged none), and ``<image:WxH>`` placeholders, which never carry image features."""
+    spans = token_types >= 0
+    if not bool(spans.any()):
+        return ""
+    pictures = picture_positions(token_types, images) & spans
+    clause = ""
+    if bool(pictures.any()):
+        clause += (
+            f"; picture spans carry image features ({features})"
+            if features
+            else f"; picture spans carry the image token's embedding: {NO_FEATURES} (these streams merge none), "
+            "so text after them is not the model's own streams"
+        )
+    if bool((spans & ~pictures).any()):
+        clause += (
+            f"; <image:WxH> placeholder spans carry the image token's embedding: {NO_FEATURES}, so text after "
+            "them is not the model's own streams"
+        )
+    return clause
+
+
 # -- (a) embedding streams -------------------------------------------------------------------------
 
 
@@ -180,7 +224,7 @@ def embedding_streams(checkpoint: Any, raw_ids: Any, token_types: torch.Tensor |
         f"{', '.join(str(n) for n in config.engram_layer_ids)}"
     )
     if token_types is not None and bool((token_types >= 0).any()):
-        label += "; image positions carry the image token's embedding, not vision features"
+        label += f"; image positions carry the image token's embedding: {NO_FEATURES}"
     return Streams(x, label, "embedding", None, ids, token_types)
 
 
@@ -307,23 +351,22 @@ def streams_from_tensor(
 # -- (d) block-0 streams ---------------------------------------------------------------------------
 
 BLOCK0_GATE_TOL = 1e-2  # layer-1 gates vs a float64 block 0 (tests/integration/test_block0_streams.py)
-IMAGE_NOTE = (
-    "; image positions carry the image token's embedding, not vision features (no vision encoder is ported), "
-    "so positions at and after an image span are not the model's own streams"
-)
 
 
 class Block0Streams(StreamSource):
     """Streams from the checkpoint's own embed + block 0 (``core.block0.block0_streams``), on the CPU.
 
-    ``self(raw_ids [B, T], token_types [B, T], layer) -> Streams``: the first Engram layer (which
+    ``self(raw_ids [B, T], token_types [B, T], layer, images) -> Streams``: the first Engram layer (which
     must be layer 1, the output of block 0) gets the model's own streams; every later Engram layer
-    gets the same streams, labelled as a proxy. The last batch's streams are kept, so the Engram
-    layers of one batch share one block-0 pass (each routed expert read once per batch)."""
+    gets the same streams, labelled as a proxy. With ``vision`` (the checkpoint's vision tower), real
+    pictures are merged into the embeddings where the reference merges them, so text after a picture
+    reads the model's own streams; placeholder spans are labelled "no image features". The last batch's
+    streams are kept, so the Engram layers of one batch share one block-0 pass (each routed expert read
+    once per batch)."""
 
     name = "block0"
 
-    def __init__(self, weights: Block0Source, config: EngramConfig):
+    def __init__(self, weights: Block0Source, config: EngramConfig, vision: VisionSource | None = None):
         b0 = weights.config
         mine = (b0.vocab_size, b0.dim, b0.hc_mult)
         if mine != (config.vocab_size, config.dim, config.hc_mult):
@@ -331,12 +374,17 @@ class Block0Streams(StreamSource):
                 f"block 0 of {weights.label} has (vocab_size, dim, hc_mult) = {mine}; config {config.name!r} "
                 f"expects {(config.vocab_size, config.dim, config.hc_mult)}"
             )
+        if vision is not None and vision.config.dim != config.dim:
+            raise CheckpointError(
+                f"the aligner of {vision.label} projects to width {vision.config.dim}; config {config.name!r} "
+                f"has dim {config.dim}"
+            )
         first, *later = config.engram_layer_ids
         if first != 1:
             raise CheckpointError(
                 f"block-0 streams enter layer 1; config {config.name!r} has its first Engram layer at {first}"
             )
-        self.weights, self.config = weights, config
+        self.weights, self.config, self.vision = weights, config, vision
         self.label = (
             f"block-0 streams: embed + block 0 of {weights.label}, computed here - layer 1: the model's own "
             f"streams (layer-1 gates within {BLOCK0_GATE_TOL:g} of an exact float64 block 0)"
@@ -348,26 +396,32 @@ class Block0Streams(StreamSource):
                 "streams (a captured-streams .safetensors file or attach(model))"
             )
         self._label = self.label  # the label without the image clause a call may add
-        self._last: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        self._last: tuple[torch.Tensor, torch.Tensor, BatchImages, torch.Tensor] | None = None
 
     @classmethod
     def open(cls, checkpoint: Any, config: EngramConfig) -> Block0Streams:
-        """From an opened checkpoint with a folder (``checkpoint.path``) holding block-0 tensors."""
+        """From an opened checkpoint with a folder (``checkpoint.path``) holding block-0 tensors (and,
+        when it has one, the vision tower)."""
         folder = getattr(checkpoint, "path", None)
         if folder is None:
             raise CheckpointError(
                 f"streams='block0' reads block 0 from a checkpoint folder; {getattr(checkpoint, 'label', checkpoint)!r} "
                 "has none (in-memory weights)"
             )
-        return cls(open_block0(folder), config)
+        return cls(open_block0(folder), config, open_vision(folder) if has_vision(folder) else None)
 
-    def __call__(self, raw_ids: torch.Tensor, token_types: torch.Tensor, layer: int) -> Streams:
+    def __call__(
+        self, raw_ids: torch.Tensor, token_types: torch.Tensor, layer: int, images: BatchImages = ()
+    ) -> Streams:
         ids = _as_id_matrix(raw_ids, "raw_ids")
         bt = (ids.shape[0], ids.shape[1])
         _check_ids(ids, "raw_ids", bt, self.config.vocab_size)
         types = _check_token_types(_as_id_matrix(token_types, "token_types"), "token_types", bt)
+        merged = images if self.vision is not None else ()
         last = self._last
-        if last is None or not (torch.equal(last[0], ids) and torch.equal(last[1], types)):
-            self._last = last = (ids, types, block0_streams(self.weights, ids, types >= 0))
-        self.label = self._label + (IMAGE_NOTE if bool((types >= 0).any()) else "")
-        return Streams(last[2], self.label, "block0", layer, ids, types)
+        if last is None or not (torch.equal(last[0], ids) and torch.equal(last[1], types) and last[2] is merged):
+            x = block0_streams(self.weights, ids, types >= 0, merged, self.vision)
+            self._last = last = (ids, types, merged, x)
+        features = f"the vision tower and aligner of {self.vision.label}" if self.vision is not None else None
+        self.label = self._label + image_clause(types, images, features)
+        return Streams(last[3], self.label, "block0", layer, ids, types)

@@ -30,6 +30,7 @@ from engram_viz.core import fp8
 from engram_viz.core.block0_config import Block0Config
 from engram_viz.core.schema import EMBED_NAME, engram_names, expected_tensors, is_table_name, wkv_shape
 from engram_viz.core.tokenizer import bundled_tokenizer_file
+from engram_viz.core.vision_config import VisionConfig
 from engram_viz.errors import CheckpointError, InputError
 from engram_viz.settings import cache_dir
 from engram_viz.weights.block0_synthetic import add_block0
@@ -37,6 +38,7 @@ from engram_viz.weights.checkpoint import Checkpoint, EngramWeights, open_checkp
 from engram_viz.weights.procedural import ProceduralEmbedding, ProceduralTable
 from engram_viz.weights.safetensors import read_safetensors_header, read_tensor
 from engram_viz.weights.scan import INDEX_FILE, LAYOUT_HF, LAYOUT_MP, LAYOUT_PROCEDURAL, MARKER_FILE
+from engram_viz.weights.vision_synthetic import add_vision
 
 SYNTHETIC_FORMAT = 1  # bump when the synthetic generator changes (invalidates cached folders)
 MAX_WRITE_BYTES = 2 * 2**30  # larger configs get the procedural synthetic checkpoint instead
@@ -128,10 +130,13 @@ def write_synthetic_checkpoint(
     layout: str | None = None,
     tokenizer: bool = True,
     block0: Block0Config | None = None,
+    vision: VisionConfig | None = None,
 ) -> Path:
     """Write a whole synthetic checkpoint folder (real names, dtypes and shapes) and return its path.
     With ``block0`` (hf layout only) the folder also holds block 0's tensors and config fields
-    (``weights.block0_synthetic.add_block0``), so ``streams="block0"`` can run on it.
+    (``weights.block0_synthetic.add_block0``), so ``streams="block0"`` can run on it; with ``vision``
+    (hf layout only) the vision tower, aligner and span delimiters (``weights.vision_synthetic.add_vision``),
+    so real pictures get image features.
 
     ``layout`` is ``"hf"`` (index + 3 shards; the default when ``world_size == 1``) or ``"mp"``
     (``model{i}-mp{world_size}.safetensors``; the default when ``world_size > 1``). The folder gets
@@ -152,6 +157,10 @@ def write_synthetic_checkpoint(
             if layout != LAYOUT_HF:
                 raise InputError(f"block0= needs the hf layout, got {layout!r}")
             add_block0(folder, block0, lambda name: _generator(seed, name), {"engram_viz_synthetic": "true"})
+        if vision is not None:
+            if layout != LAYOUT_HF:
+                raise InputError(f"vision= needs the hf layout, got {layout!r}")
+            add_vision(folder, vision, lambda name: _generator(seed, name), {"engram_viz_synthetic": "true"})
     return out
 
 

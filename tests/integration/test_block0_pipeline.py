@@ -69,7 +69,7 @@ def test_label_says_which_layers_are_real(run):
     later = ", ".join(map(str, pipe.layer_ids[1:]))
     assert f"layer {later}: NOT the model's own streams - computed on the same block-0 streams" in label
     assert "need captured or attached streams" in label
-    assert "image positions carry the image token's embedding" in label  # TEXTS[1] has an image span
+    assert "placeholder spans carry the image token's embedding: no image features" in label  # TEXTS[1]
 
 
 def test_one_block0_pass_per_batch(folder):
