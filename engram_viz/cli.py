@@ -18,6 +18,7 @@ from engram_viz.analysis.corpus.spill import parse_memory_limit
 from engram_viz.analysis.explain.explanation import explain
 from engram_viz.apps.app import serve
 from engram_viz.apps.corpus_job import run_corpus
+from engram_viz.apps.quant_job import DEFAULT_CANDIDATES, summary_lines, write_quant_report
 from engram_viz.apps.report_job import summary_text, write_report
 from engram_viz.config import EngramConfig, load_config
 from engram_viz.core.devices import resolve_device
@@ -228,6 +229,15 @@ def cmd_report(args: argparse.Namespace) -> None:
     print(summary_text(report), end="")
 
 
+def cmd_quant_report(args: argparse.Namespace) -> None:
+    def log(msg: str) -> None:
+        print(f"engram-viz quant-report: {msg}", file=sys.stderr, flush=True)
+
+    candidates = [c.strip() for c in args.candidates.split(",") if c.strip()]
+    summary = write_quant_report(args.out, args.checkpoint, candidates, args.prompts, log=None if args.quiet else log)
+    print(summary_lines(summary) + f"wrote tables, quant_quality.png/.svg and summary.json to {args.out}")
+
+
 def cmd_train_tiny(args: argparse.Namespace) -> None:
     settings = TrainSettings() if args.steps is None else TrainSettings(steps=args.steps)
     m = train_tiny(args.out, seed=args.seed, use_engram=not args.no_engram, settings=settings, progress=not args.quiet)
@@ -372,6 +382,19 @@ def _add_job_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--theme", default="light", choices=["light", "dark"])
     p.add_argument("--quiet", action="store_true", help="no progress messages")
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("quant-report", help="what quantised tables (GGUF types, GGUF files, off) cost gates and loss")
+    _checkpoint_arg(p)
+    p.add_argument(
+        "--candidates",
+        default=",".join(DEFAULT_CANDIDATES),
+        help="comma-separated GGML types gguf can quantise (Q8_0, Q5_0, Q4_0, MXFP4, ...), GGUF files, or off "
+        f"(default: {','.join(DEFAULT_CANDIDATES)})",
+    )
+    p.add_argument("--prompts", default=None, help="prompt JSONL file (default: data/prompts/default.jsonl)")
+    p.add_argument("--out", default="out/quant", help="output folder (default: out/quant)")
+    p.add_argument("--quiet", action="store_true", help="no progress messages")
+    p.set_defaults(func=cmd_quant_report)
 
     p = sub.add_parser("train-tiny", help="train the tiny Engram LM on the CPU (deterministic) and export it")
     p.add_argument("--out", required=True, help="output folder (weights, config, metrics.json, loss_curve.png)")
