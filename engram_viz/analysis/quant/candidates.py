@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from gguf import GGML_QUANT_SIZES
 
 from engram_viz.config import load_config
 from engram_viz.errors import InputError
@@ -82,6 +83,7 @@ def candidate(spec: str | Path, reference: Mapping[int, EngramTable]) -> Candida
     if str(spec).endswith(".gguf"):
         raise InputError(f"candidate {spec}: no such GGUF file")
     qtype = qtype_of(str(spec))
+    encode_blocks(np.zeros((1, GGML_QUANT_SIZES[qtype][0]), np.float32), qtype, f"candidate {spec}")  # a quantiser?
     tables: dict[int, EngramTable] = {}
     for n, ref in reference.items():
         tables[n] = GGUFTable(QuantisingRows(ref, qtype), qtype, ref.head_dim, label=f"layer {n} table as {qtype.name}")
