@@ -225,6 +225,7 @@ def cmd_report(args: argparse.Namespace) -> None:
         theme=args.theme,
         streams=args.streams,
         log=None if args.quiet else log,
+        quant=[c.strip() for c in args.quant.split(",") if c.strip()] if args.quant else None,
     )
     print(summary_text(report), end="")
 
@@ -380,6 +381,12 @@ def _add_job_commands(sub: argparse._SubParsersAction) -> None:
     _device_arg(p)
     p.add_argument("--mode", default="fp8", choices=["fp8", "bf16"], help="wkv mode (default: fp8, the reference)")
     p.add_argument("--theme", default="light", choices=["light", "dark"])
+    p.add_argument(
+        "--quant",
+        default=None,
+        help="comma-separated candidate tables (GGML types such as Q8_0,Q4_0, GGUF files, off): adds a section "
+        "on what they cost the tiny LM (see quant-report)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress messages")
     p.set_defaults(func=cmd_report)
 

@@ -19,7 +19,7 @@ from engram_viz.analysis.gates.gate_memory import training_counts
 from engram_viz.analysis.quant.candidates import DEFAULT_TYPES, OFF
 from engram_viz.analysis.quant.study import QuantStudy, quant_study
 from engram_viz.errors import EngramVizError, ReportError
-from engram_viz.run.prompts import load_prompts, prompt_set_path
+from engram_viz.run.prompts import Prompt, load_prompts, prompt_set_path
 from engram_viz.tiny.files import load_tiny_model
 from engram_viz.tiny.model import TinyEngramLM
 from engram_viz.viz.export import save_matplotlib
@@ -60,6 +60,20 @@ def run_quant_study(
     study = quant_study(model, prompt_list, candidates, counts)
     facts = {"model": label, "prompts": str(path), "candidates": [str(c) for c in candidates], "groups": groups}
     return study, facts
+
+
+def report_quant_study(
+    lm: TinyEngramLM | None, prompts: Sequence[Prompt], candidates: Sequence[str | Path], say: Callable[[str], None]
+) -> QuantStudy:
+    """The study for ``engram-viz report --quant``: the report's own tiny LM and prompts."""
+    if lm is None:
+        raise ReportError("--quant measures loss on the tiny LM run whole (streams model); these weights run no LM")
+    try:
+        counts = training_counts(lm.config, lm.provenance)
+    except EngramVizError:
+        counts = None
+    say(f"quantised tables: {len(candidates)} candidates")
+    return quant_study(lm, prompts, candidates, counts)
 
 
 def write_quant_report(
