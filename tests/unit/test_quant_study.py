@@ -13,6 +13,7 @@ from gguf import GGMLQuantizationType, quants
 
 from engram_viz.analysis.quant.candidates import candidate
 from engram_viz.analysis.quant.study import quant_study
+from engram_viz.apps.report_sections import _quant_section
 from engram_viz.cli import main
 from engram_viz.errors import CheckpointError
 from engram_viz.run.prompts import Prompt, build_prompt
@@ -69,6 +70,14 @@ def test_row_error_equals_an_independent_computation(study):
                 err[(int(key), c)] = (a + float(((q[:, c] - ref[:, c]) ** 2).sum()), b + float((ref[:, c] ** 2).sum()))
     for (layer, c), (sq_err, sq_ref) in err.items():
         assert got.loc[(layer, c // 8 + 2, c % 8)] == pytest.approx(np.sqrt(sq_err / sq_ref), rel=1e-5)
+
+
+def test_the_report_section_and_its_figure(study):
+    section = _quant_section(study[0], "light")
+    figure, table = section.parts
+    assert section.id == "quant" and table.frame["candidate"].tolist() == ["Q8_0", "Q4_0", "tiny_q4.gguf", "Engram off"]
+    left, right = figure.draw()
+    assert left.get_yscale() == "log" and len(right.get_legend().get_texts()) == 4
 
 
 def test_unknown_candidates_are_refused():
