@@ -26,7 +26,10 @@ from engram_viz.weights.tiny_folder import DEFAULT_DIR
 pytestmark = pytest.mark.unit
 
 T = GGMLQuantizationType
-Q8_0_GATE_BOUND = 0.01  # gates of the tiny LM with Q8_0 tables stay this close to its fp8 tables' (measured: 2.2e-3)
+# Q8_0 tables move no gate of the tiny LM by MOVED (0.05) or more (measured over the default prompts: max 0.0497,
+# p99 0.0042); each change is within the signed square root's own bound sqrt(2 |d dot|) / 4 (sigmoid's slope is at
+# most 1/4, and |sign(a) sqrt|a| - sign(b) sqrt|b|| <= sqrt(2 |a - b|)): large only where the dot is near 0
+Q8_0_GATE_BOUND = 0.05
 PROMPTS = [
     "Alexander the Great crossed the Mediterranean Sea.",
     "In the beginning God created the heaven and the earth.",
@@ -128,14 +131,17 @@ def tiny_ggufs(tmp_path_factory):
 
 def test_the_tiny_lm_from_a_gguf_file_matches_its_folder(tiny_ggufs):
     """BF16 holds fp8 values exactly: the same gates; Q8_0: the same row ids, gates within the bound."""
-    folder = Pipeline(DEFAULT_DIR).run(PROMPTS)
+    folder = Pipeline(DEFAULT_DIR).run(PROMPTS, names=["engram.*.dot"])
     for q, path in tiny_ggufs.items():
         pipe = Pipeline(path)
         assert pipe.streams_mode == "model" and f"{q} tables" in pipe.model_label
-        trace = pipe.run(PROMPTS)
+        trace = pipe.run(PROMPTS, names=["engram.*.dot"])
         assert torch.equal(trace.row_ids, folder.row_ids)
-        change = (trace.gates - folder.gates).abs().max().item()
-        assert change == 0 if q == "BF16" else 0 < change <= Q8_0_GATE_BOUND
+        change = (trace.gates - folder.gates).abs()
+        assert change.max() == 0 if q == "BF16" else 0 < change.max() < Q8_0_GATE_BOUND
+        for layer, dot in trace.captured("dot").items():
+            bound = (2 * (dot - folder.captured("dot")[layer]).abs()).sqrt() / 4
+            assert (change[:, :, trace.layer_ids.index(layer)] <= bound + 1e-6).all()
 
 
 def test_the_exported_constants_and_tensors(tiny_ggufs):
