@@ -256,6 +256,29 @@ def _add_report(p: argparse.ArgumentParser) -> None:
     _device_arg(p)
     _mode_arg(p)
     _theme_arg(p)
+    _quant_arg(p)
+    _quiet_arg(p, "progress messages")
+
+
+def _quant_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--quant",
+        default=None,
+        help="comma-separated candidate tables (GGML types such as Q8_0,Q4_0, GGUF files, off): adds a section "
+        "on what they cost the tiny LM (see quant-report)",
+    )
+
+
+def _add_quant_report(p: argparse.ArgumentParser) -> None:
+    _checkpoint_arg(p)
+    p.add_argument(
+        "--candidates",
+        default=None,
+        help="comma-separated GGML types gguf can quantise (Q8_0, Q5_0, Q4_0, MXFP4, ...), GGUF files, or off "
+        "(default: the study's own set, apps.quant_job.DEFAULT_CANDIDATES)",
+    )
+    p.add_argument("--prompts", default=None, help="prompt JSONL file (default: data/prompts/default.jsonl)")
+    p.add_argument("--out", default="out/quant", help="output folder (default: out/quant)")
     _quiet_arg(p, "progress messages")
 
 
@@ -352,6 +375,13 @@ COMMANDS: dict[str, Command] = {
         _add_train_tiny,
         f"{_RUN}:train_tiny",
         "engram-viz train-tiny --out out/tiny --seed 1",
+    ),
+    "quant-report": Command(
+        "run",
+        "what quantised tables (GGUF types, GGUF files, off) cost gates and loss",
+        _add_quant_report,
+        f"{_RUN}:quant_report",
+        "engram-viz quant-report --candidates Q8_0,Q4_0,off --out out/quant",
     ),
     "layout": Command("inspect", "multipliers, primes, offsets and rows per layer", _add_layout, f"{_INSPECT}:layout"),
     "hash": Command(

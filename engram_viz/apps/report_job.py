@@ -39,7 +39,7 @@ import json
 import platform
 import re
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -54,6 +54,7 @@ from engram_viz.analysis.gates.summary import gate_summary
 from engram_viz.analysis.row_stats.collisions import CollisionStats
 from engram_viz.analysis.row_stats.trace_ngrams import collision_exposure, population_from_trace
 from engram_viz.analysis.row_stats.usage import RowUsage
+from engram_viz.apps.quant_job import report_quant_study
 from engram_viz.apps.report_sections import FigureSpec, report_sections, trace_gate_memory
 from engram_viz.config import EngramConfig
 from engram_viz.core.devices import resolve_device
@@ -223,13 +224,17 @@ def write_report(
     batch_size: int = 8,
     progress: bool = False,
     log: Callable[[str], None] | None = None,
+    quant: Sequence[str | Path] | None = None,
 ) -> Report:
-    """Run the prompt set and write the report into ``out`` (see the module docstring)."""
+    """Run the prompt set and write the report into ``out`` (see the module docstring); ``quant``:
+    candidate tables (``analysis.quant.candidates``) for a section on what they cost (tiny LM only)."""
     say = log or (lambda msg: None)
     resolve_device(device)  # a device that cannot work: one DeviceError before anything is written
     final = Path(out)
     with atomic_folder(final, marker="manifest.json", pause=settings.pause_at) as build:
-        report = _build_report(build, checkpoint, prompts, device, mode, theme, streams, batch_size, progress, say)
+        report = _build_report(
+            build, checkpoint, prompts, device, mode, theme, streams, batch_size, progress, say, quant
+        )
     report = _moved(report, build, final)
     say(f"wrote {report.html}")
     return report
@@ -246,6 +251,7 @@ def _build_report(
     batch_size: int,
     progress: bool,
     say: Callable[[str], None],
+    quant: Sequence[str | Path] | None = None,
 ) -> Report:
     """The whole job, written into ``out`` (the folder being built)."""
     prompt_set = load_prompts(prompts) if prompts is not None else None
@@ -266,11 +272,13 @@ def _build_report(
     frames, usage = _report_frames(trace, pipe)
     memory = trace_gate_memory(trace, pipe.lm, say)  # tiny LM only
     frames.update(memory.tables() if memory is not None else {})
+    study = report_quant_study(pipe.lm, prompt_set, quant, say) if quant else None
+    frames.update(study.tables() if study is not None else {})
     say(f"writing {len(frames)} tables (parquet + csv)")
     tables = {name: write_table(df, out / "tables", name) for name, df in frames.items()}
     settings.pause_at("report:tables")
 
-    sections = report_sections(trace, frames, usage, pipe.config, theme, memory)
+    sections = report_sections(trace, frames, usage, pipe.config, theme, memory, study)
     sections, figures, missing_glyphs = _draw_figures(sections, out, say)
     if missing_glyphs:
         say(

@@ -2,7 +2,8 @@
 
 :func:`report_sections` lists every section of ``report.html`` in page order: gate versus memory
 (a tiny LM only), gates by category, gate distributions, token-coloured text (HTML, then figures),
-gate heatmaps of the showcase prompts, collision exposure, hash collisions, row usage. A figure is
+gate heatmaps of the showcase prompts, collision exposure, hash collisions, row usage, and quantised
+tables when candidates are given (``report --quant``). A figure is
 a :class:`FigureSpec` (name, how to draw it, title, caption): the job draws and exports each one
 and hands the page the drawn :class:`~engram_viz.viz.report_page.Figure` in its place.
 :func:`trace_gate_memory` gives the gate-versus-memory analysis
@@ -28,6 +29,7 @@ from engram_viz.analysis.gates.gate_memory import (
     training_counts,
 )
 from engram_viz.analysis.gates.summary import gate_overview
+from engram_viz.analysis.quant.study import QuantStudy
 from engram_viz.analysis.row_stats.usage import RowUsage
 from engram_viz.config import EngramConfig
 from engram_viz.errors import EngramVizError
@@ -35,6 +37,7 @@ from engram_viz.run.trace import Trace
 from engram_viz.viz.collision_plots import collisions_vs_expected
 from engram_viz.viz.gate_plots import exposure_beside_gates, gate_distributions, gate_heatmap
 from engram_viz.viz.memory_plots import gate_vs_memory
+from engram_viz.viz.quant_plots import quality_vs_bits
 from engram_viz.viz.report_page import Html, Section, Table
 from engram_viz.viz.token_figure import token_text_figure
 from engram_viz.viz.tokens import token_html
@@ -277,6 +280,28 @@ def _usage_section(frames: dict[str, pd.DataFrame], usage: RowUsage, config: Eng
     return Section("row-usage", "Row usage", "", tuple(parts))
 
 
+QUANT_COLUMNS = ["candidate", "bits_per_weight", "table_gb", "row_error", "gate_change_p99", "streams_moved"]
+QUANT_COLUMNS += ["streams_crossed", "delta_loss", "kl"]
+
+
+def _quant_section(study: QuantStudy, theme: str) -> Section:
+    caption = (
+        "Each candidate table against the tiny LM's fp8 tables over the report's prompts: KL of the next-token "
+        "distribution (nats, left) and the 99th percentile of the largest gate change per position (right), "
+        "against bits per weight; the legend gives the size of one V4.1-Flash table stored so. Tables "
+        "quant_summary, quant_row_error (per order and head), quant_by_category, quant_by_group."
+    )
+    figure = FigureSpec(
+        "quant_quality", lambda: quality_vs_bits(study.summary, theme=theme), "Quality against bits per weight", caption
+    )
+    intro = (
+        "What quantised Engram tables cost: the fp8 rows quantised with gguf's own quantisers (read back as a GGUF "
+        "file's table is) or GGUF files, and Engram off as the end point: row error, gates moved by more than 0.05 "
+        "or crossing 0.5, next-token loss change and KL."
+    )
+    return Section("quant", "Quantised tables", intro, (figure, Table(study.summary[QUANT_COLUMNS].round(6))))
+
+
 def report_sections(
     trace: Trace,
     frames: dict[str, pd.DataFrame],
@@ -284,6 +309,7 @@ def report_sections(
     config: EngramConfig,
     theme: str,
     memory: GateMemory | None = None,
+    quant: QuantStudy | None = None,
 ) -> list[Section]:
     """Every section of the report in page order (see the module docstring); ``frames``: the
     report's tables by name (``gates``, ``rows``, ``collision_columns``, ``collision_examples``,
@@ -295,4 +321,5 @@ def report_sections(
         _exposure_section(trace, gates, theme),
         _collision_section(frames, theme),
         _usage_section(frames, usage, config, theme),
+        *([_quant_section(quant, theme)] if quant is not None else []),
     ]

@@ -8,6 +8,7 @@ import sys
 
 from engram_viz.analysis.explain.explanation import explain as explain_position
 from engram_viz.apps.compare_job import compare_prompts
+from engram_viz.apps.quant_job import DEFAULT_CANDIDATES, summary_lines, write_quant_report
 from engram_viz.apps.report_job import summary_text, write_report
 from engram_viz.run.pipeline import Pipeline
 from engram_viz.tiny.train import TrainSettings
@@ -27,8 +28,23 @@ def report(args: argparse.Namespace) -> None:
         theme=args.theme,
         streams=args.streams,
         log=None if args.quiet else log,
+        quant=_candidates(args.quant),
     )
     print(summary_text(written), end="")
+
+
+def _candidates(text: str | None) -> list[str] | None:
+    """``Q8_0,Q4_0, off`` -> ``["Q8_0", "Q4_0", "off"]``; None when not given."""
+    return [c.strip() for c in text.split(",") if c.strip()] if text else None
+
+
+def quant_report(args: argparse.Namespace) -> None:
+    def log(msg: str) -> None:
+        print(f"engram-viz quant-report: {msg}", file=sys.stderr, flush=True)
+
+    candidates = _candidates(args.candidates) or list(DEFAULT_CANDIDATES)
+    summary = write_quant_report(args.out, args.checkpoint, candidates, args.prompts, log=None if args.quiet else log)
+    print(summary_lines(summary) + f"wrote tables, quant_quality.png/.svg and summary.json to {args.out}")
 
 
 def compare(args: argparse.Namespace) -> None:

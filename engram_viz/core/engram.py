@@ -269,7 +269,8 @@ class Engram(nn.Module):
         gemm: str = "auto",
     ) -> Engram:
         """Build from checkpoint weights (``checkpoint.EngramWeights``: ``layer_id``, ``table``,
-        ``wkv_weight`` e4m3 ``[N, K]``, ``wkv_scale`` e8m0 ``[ceil(N/32), ceil(K/32)]``, ``q_weight``,
+        ``wkv_weight`` e4m3 ``[N, K]``, ``wkv_scale`` e8m0 ``[ceil(N/32), ceil(K/32)]`` or None for a float
+        ``wkv_weight``, ``q_weight``,
         ``k_weight`` bf16 ``[hc, dim]``). The wkv weight is dequantised once, on the target device;
         the table stays on the host. Parameters are frozen (inference)."""
         config = load_config(config)
@@ -292,7 +293,10 @@ class Engram(nn.Module):
             raise InputError(
                 f"table of layer {layer_id} has {rows:,} rows; config {config.name!r} expects {want_rows:,}"
             )
-        wkv = fp8.dequantize_blocks(weights.wkv_weight.to(device), weights.wkv_scale.to(device))
+        if weights.wkv_scale is None:  # already a float matrix (a GGUF file's wkv, dequantised when read)
+            wkv = weights.wkv_weight.to(device).float()
+        else:
+            wkv = fp8.dequantize_blocks(weights.wkv_weight.to(device), weights.wkv_scale.to(device))
         return cls(
             config,
             layer_id,

@@ -18,17 +18,21 @@ The vision path's names (``vision.*``, ``aligner.*``, ``image_start`` / ``image_
 ``image_newline``) and shapes are in :func:`vision_tensors`.
 
 Pure naming: no file is read here. ``SAFETENSORS_DTYPES`` maps the safetensors dtype strings to
-torch dtypes and their sizes.
+torch dtypes and their sizes. ``GGUF_NAMES`` holds the names of the same tensors and of the Engram
+constants in a GGUF file (llama.cpp's V4.1 converters), which a fork that names them otherwise
+overrides through ``gguf_names``.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 import torch
 
 from engram_viz.config import FP8_BLOCK_SIZE, EngramConfig
 from engram_viz.core.vision_config import VisionConfig
+from engram_viz.errors import InputError
 
 # safetensors dtype string -> (torch dtype, bytes per element)
 SAFETENSORS_DTYPES: dict[str, tuple[torch.dtype, int]] = {
@@ -131,3 +135,39 @@ def vision_tensors(cfg: VisionConfig) -> dict[str, tuple[str, tuple[int, ...]]]:
 def is_vision_name(name: str) -> bool:
     """True for a tensor of the vision path (tower, aligner, span delimiters)."""
     return name.startswith(("vision.", "aligner.")) or name in ("image_start", "image_end", "image_newline")
+
+
+# GGUF (llama.cpp's V4.1 converters): role -> name template; tensors take ``{layer}``, metadata keys
+# ``{arch}`` (the file's ``general.architecture``). Shapes below are numpy order (GGUF lists dims
+# reversed): the table ``[rows, head_dim]`` is GGUF ``[256, rows]``, wkv ``[N, K]``, q/k ``[hc, dim]``.
+GGUF_NAMES: dict[str, str] = {
+    "table_weight": "blk.{layer}.engram_embd.weight",  # [rows, head_dim], any GGUF type
+    "wkv_weight": "blk.{layer}.engram_wkv.weight",  # [dim * (hc + 1), n_hash_cols * head_dim]
+    "q_weight": "blk.{layer}.engram_q.weight",  # [hc, dim]
+    "k_weight": "blk.{layer}.engram_k.weight",  # [hc, dim]
+    "token_embedding": "token_embd.weight",  # [vocab_size, dim]
+    "layer_ids": "{arch}.engram.layer_ids",
+    "head_count": "{arch}.engram.head_count",
+    "key_length": "{arch}.engram.key_length",
+    "max_ngram_size": "{arch}.engram.max_ngram_size",
+    "multipliers": "{arch}.engram.multipliers",  # [n_layers * max_ngram] flat
+    "primes": "{arch}.engram.primes",  # [n_layers * (max_ngram - 1) * n_heads] flat
+    "offsets": "{arch}.engram.offsets",  # [n_layers * n_hash_cols] flat
+    "token_map": "{arch}.engram.token_map",  # [vocab_size] raw id -> compressed id
+    "pad_id": "{arch}.engram.pad_id",  # a raw id
+    "config": "engram_viz.config",  # the suite's config.json, in files the suite writes
+}
+GGUF_TENSOR_ROLES = ("table_weight", "wkv_weight", "q_weight", "k_weight")
+
+
+def gguf_names(overrides: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``GGUF_NAMES`` with a fork's own templates put over it (the same roles, e.g.
+    ``{"table_weight": "blk.{layer}.engram.table"}``); an unknown role raises ``InputError``."""
+    names = dict(GGUF_NAMES)
+    for role, template in (overrides or {}).items():
+        if role not in GGUF_NAMES:
+            raise InputError(f"GGUF name map: unknown role {role!r}; expected one of {sorted(GGUF_NAMES)}")
+        if not isinstance(template, str) or not template:
+            raise InputError(f"GGUF name map: role {role!r} needs a non-empty name template, got {template!r}")
+        names[role] = template
+    return names

@@ -60,9 +60,11 @@ from engram_viz.run.stream_sources import StreamsFn, choose_stream_source, runs_
 from engram_viz.run.streams import BatchImages, StreamSource
 from engram_viz.run.trace import Trace, trace_from_cache
 from engram_viz.tiny.files import load_tiny_model
+from engram_viz.tiny.gguf_model import is_tiny_lm_gguf, load_tiny_gguf, tiny_gguf_label
 from engram_viz.tiny.model import TinyEngramLM
-from engram_viz.weights.checkpoint import Checkpoint, open_checkpoint
-from engram_viz.weights.resolve import resolve_weights
+from engram_viz.weights.checkpoint import Checkpoint
+from engram_viz.weights.gguf_file import is_gguf_path
+from engram_viz.weights.resolve import open_weights, resolve_weights
 from engram_viz.weights.synthetic import synthetic_checkpoint
 from engram_viz.weights.tiny_folder import checkpoint_label, is_tiny_lm_folder
 
@@ -144,14 +146,16 @@ class Pipeline:
             if not path.exists():
                 raise FileNotFoundError(f"checkpoint {path} does not exist; expected a checkpoint folder")
             folder = path if path.is_dir() else path.parent
-            if is_tiny_lm_folder(folder) and whole_model:
+            if is_tiny_lm_gguf(path) and whole_model:  # a GGUF file of the tiny LM runs whole too
+                self._load_tiny_lm(path)
+            elif is_tiny_lm_folder(folder) and whole_model and not is_gguf_path(path):
                 self._load_tiny_lm(folder)
             else:
-                checkpoint = open_checkpoint(path)
+                checkpoint = open_weights(path)
         if self.lm is None:
             folder = getattr(checkpoint, "path", None)
             # a tiny LM runs whole: its own streams
-            if folder is not None and is_tiny_lm_folder(folder) and whole_model:
+            if folder is not None and (is_tiny_lm_folder(folder) or is_tiny_lm_gguf(folder)) and whole_model:
                 self._load_tiny_lm(Path(folder))
             else:  # Engram layers only (a tiny LM too, when other streams are asked for)
                 self._load_checkpoint(checkpoint)
@@ -179,12 +183,15 @@ class Pipeline:
     # -- set-up -----------------------------------------------------------------------------------
 
     def _load_tiny_lm(self, folder: Path) -> None:
-        self.lm = load_tiny_model(folder, mode=self.mode, device=self.device)
+        """The tiny LM from its folder, or from a GGUF file the suite wrote of it."""
+        gguf = is_gguf_path(folder)
+        load = load_tiny_gguf if gguf else load_tiny_model
+        self.lm = load(folder, mode=self.mode, device=self.device)
         self.config: EngramConfig = self.lm.config
         self.tokenizer = get_tokenizer(self.config)
         # cast: the LM's ModuleDict holds its Engram layers, typed as plain Modules
         self.engrams: dict[int, Engram] = {int(k): cast(Engram, e) for k, e in self.lm.engrams.items()}
-        self.model_label = checkpoint_label(folder)
+        self.model_label = tiny_gguf_label(folder) if gguf else checkpoint_label(folder)
         self.registry = HookRegistry.from_module(self.lm)
 
     def _load_checkpoint(self, checkpoint: Any) -> None:

@@ -92,7 +92,7 @@ def save_tiny_model(model: TinyEngramLM, out: str | Path, extra_config: dict | N
     return [*written, out / INDEX_FILE, out / "config.json"]
 
 
-def _lm_config(path: Path, raw: dict) -> tuple[EngramConfig, TinyLMConfig]:
+def lm_config(path: Path, raw: dict) -> tuple[EngramConfig, TinyLMConfig]:
     """The Engram config and the ``tiny_lm`` section of the folder's ``config.json``, checked."""
     try:
         config = match_preset(EngramConfig.from_dict(raw, name=path.name))
@@ -129,23 +129,37 @@ def load_tiny_model(
     if not path.is_dir():
         raise CheckpointError(f"tiny model folder {path} does not exist or is not a folder")
     raw = read_tiny_config(path)
-    config, lm = _lm_config(path, raw)
+    config, lm = lm_config(path, raw)
     tensors = read_lm_tensors(path)
     engrams = _engram_layers(path, config, mode, device) if lm.use_engram else {}
+    return assemble_tiny_model(config, lm, tensors, engrams, raw, str(path), device)
+
+
+def assemble_tiny_model(
+    config: EngramConfig,
+    lm: TinyLMConfig,
+    tensors: dict[str, torch.Tensor],
+    engrams: dict[int, Engram],
+    raw: dict,
+    where: str,
+    device: torch.device,
+) -> TinyEngramLM:
+    """The tiny LM from its configs, its own tensors (``tiny.*``), its Engram layers and the raw
+    ``config.json`` (for the training provenance), checked against the architecture, in eval mode."""
     tok = get_tokenizer(config)
     raw_ids = tensors.get("tiny.embed.raw_ids", torch.empty(0, dtype=torch.int64))
-    check_raw_ids(raw_ids, lm.vocab_rows, config.vocab_size, str(path))
+    check_raw_ids(raw_ids, lm.vocab_rows, config.vocab_size, where)
     model = TinyEngramLM(config, tok.token_map, raw_ids, lm, engrams=engrams, provenance=raw.get("training"))
     state = {k[len(LM_PREFIX) :]: v for k, v in tensors.items() if k != "tiny.embed.raw_ids"}
     own = {k: v for k, v in model.state_dict().items() if not k.startswith("engrams.")}
     if set(own) != set(state):
         raise CheckpointError(
-            f"tiny model folder {path}: LM tensors differ from the architecture: {sorted(set(own) ^ set(state))[:5]}"
+            f"tiny model {where}: LM tensors differ from the architecture: {sorted(set(own) ^ set(state))[:5]}"
         )
     bad = [k for k, v in state.items() if v.shape != own[k].shape]
     if bad:
         raise CheckpointError(
-            f"tiny model folder {path}: tensor 'tiny.{bad[0]}' has shape {list(state[bad[0]].shape)}, "
+            f"tiny model {where}: tensor 'tiny.{bad[0]}' has shape {list(state[bad[0]].shape)}, "
             f"expected {list(own[bad[0]].shape)} (config.json's tiny_lm section)"
         )
     model.load_state_dict({k: v.float() for k, v in state.items()}, strict=False)

@@ -32,13 +32,14 @@ class EngramWeights:
     """One Engram layer's weights: the table (lazy or procedural) and the eager small tensors.
 
     ``wkv_weight`` e4m3 ``[dim * (hc + 1), n_hash_cols * head_dim]`` with e8m0 block scales
-    ``wkv_scale`` ``[ceil(N / 32), ceil(K / 32)]``; ``q_weight`` and ``k_weight`` bf16 ``[hc, dim]``.
+    ``wkv_scale`` ``[ceil(N / 32), ceil(K / 32)]`` (or float32 with ``wkv_scale`` None: a GGUF file's
+    wkv, dequantised when read); ``q_weight`` and ``k_weight`` bf16 ``[hc, dim]``.
     """
 
     layer_id: int
     table: EngramTable
     wkv_weight: torch.Tensor
-    wkv_scale: torch.Tensor
+    wkv_scale: torch.Tensor | None
     q_weight: torch.Tensor
     k_weight: torch.Tensor
 

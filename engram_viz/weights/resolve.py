@@ -12,7 +12,10 @@ from pathlib import Path
 
 from engram_viz import settings
 from engram_viz.config import EngramConfig, load_config
+from engram_viz.core.schema import gguf_names
 from engram_viz.weights.checkpoint import Checkpoint, open_checkpoint
+from engram_viz.weights.gguf_checkpoint import gguf_config, open_gguf_checkpoint
+from engram_viz.weights.gguf_file import is_gguf_path, open_gguf
 from engram_viz.weights.scan import scan_checkpoint
 from engram_viz.weights.schema_check import resolve_config
 from engram_viz.weights.synthetic import synthetic_checkpoint
@@ -49,7 +52,16 @@ def weights_config(checkpoint: Weights | None = None) -> EngramConfig:
         return load_config(SYNTHETIC_DEFAULT[0])
     if isinstance(chosen, Checkpoint):
         return chosen.config
+    if is_gguf_path(chosen):
+        return gguf_config(open_gguf(chosen), None, gguf_names()["config"])
     return resolve_config(scan_checkpoint(chosen), None)
+
+
+def open_weights(path: str | Path, config: EngramConfig | str | Path | None = None) -> Checkpoint:
+    """A checkpoint folder (``open_checkpoint``) or a GGUF file (``open_gguf_checkpoint``) opened."""
+    if is_gguf_path(path):
+        return open_gguf_checkpoint(path, config)
+    return open_checkpoint(path, config)
 
 
 def weights_source(checkpoint: Weights | None = None) -> str:

@@ -8,10 +8,11 @@ rows; on exit the table is what it was. The checkpoint is never written. A spec 
 - an ``int``: the stored bits of that other row, as the table reads it when this edit is entered
   (open edits included); the bits are copied then, so later edits of the source row do not follow;
 - a float tensor ``[head_dim]`` (any float dtype, finite once converted to float32): a new row,
-  quantised as the checkpoint stores rows (``fp8.quantize_rows``: e4m3 with one e8m0 scale per
-  32 features);
+  quantised as the table stores rows (``table._encode``; fp8: e4m3 with one e8m0 scale per 32
+  features; a GGUF table: its own block type, through gguf's quantiser);
 - a pair ``(weight e4m3 [head_dim], scale e8m0 [head_dim / 32])``: the stored bits themselves,
-  finite by the checkpoint's own rule (``nonfinite.py``: no e4m3 byte 0x7F/0xFF, no e8m0 0xFF).
+  finite by the checkpoint's own rule (``nonfinite.py``: no e4m3 byte 0x7F/0xFF, no e8m0 0xFF);
+  fp8 tables only.
 
 Instead of a mapping, ``edits`` may be a ``range`` (step 1) or row ids (an int, a list, tuple or
 set of ints, an integer array or tensor of any shape): all zeroed. Row ids are ints (Python or
@@ -44,13 +45,11 @@ import numpy as np
 import torch
 
 from engram_viz.config import FP8_BLOCK_SIZE
-from engram_viz.core import fp8
 from engram_viz.errors import RowEditError
 from engram_viz.weights.nonfinite import NONFINITE_MASK, describe, rows_text
 from engram_viz.weights.tables import EngramTable
 
 ZERO = "zero"
-E8M0_ONE = 127  # the e8m0 byte of the scale 1.0 (2**(127 - 127))
 EXPECTED_EDITS = "a mapping {row: spec}, a range or int row ids (an int, a list/tuple/set, an integer array)"
 EXPECTED_SPEC = "'zero', an int source row, a float row tensor or a pair (e4m3 weight, e8m0 scale)"
 STACK_ATTR = "_row_edit_stack"  # the open edits of a table, in its instance dict while any is open
@@ -66,6 +65,7 @@ class RowOverlay:
     weight: torch.Tensor
     scale: torch.Tensor
     ranges: list[tuple[int, int]] = field(default_factory=list)
+    zero: tuple[torch.Tensor, torch.Tensor] | None = None  # one zero row's parts, for ``ranges``
 
     def covers(self, ids) -> np.ndarray:
         """bool, the shape of ``ids``: True where the id is an edited row."""
@@ -92,8 +92,10 @@ class RowOverlay:
                 sb[dst] = self.scale.view(torch.uint8)[src].to(sb.device)
         for lo, hi in self.ranges:
             dst = torch.from_numpy(np.flatnonzero((ids >= lo) & (ids < hi)))
-            wb[dst], sb[dst] = 0, E8M0_ONE
-        return wb.view(torch.float8_e4m3fn), sb.view(torch.float8_e8m0fnu)
+            if self.zero is not None and len(dst):
+                wb[dst] = self.zero[0].view(torch.uint8)[0].to(wb.device)
+                sb[dst] = self.zero[1].view(torch.uint8)[0].to(sb.device)
+        return wb.view(w.dtype), sb.view(s.dtype)
 
 
 def _shown(x) -> str:
@@ -151,10 +153,7 @@ def _zeroed_rows(table: EngramTable, edits) -> np.ndarray:
 
 
 def _zero_bits(n: int, table: EngramTable) -> tuple[torch.Tensor, torch.Tensor]:
-    d = table.head_dim
-    return torch.zeros(n, d, dtype=torch.uint8).view(torch.float8_e4m3fn), torch.full(
-        (n, d // FP8_BLOCK_SIZE), E8M0_ONE, dtype=torch.uint8
-    ).view(torch.float8_e8m0fnu)
+    return table._zero_parts(n)
 
 
 def _nonfinite_at(t: torch.Tensor) -> np.ndarray:
@@ -172,6 +171,11 @@ def _features_text(at: np.ndarray) -> str:
 def _pair_bits(table: EngramTable, row: int, spec: tuple) -> tuple[torch.Tensor, torch.Tensor]:
     d, nb = table.head_dim, table.head_dim // FP8_BLOCK_SIZE
     w, s = spec
+    if table.stored_format != "fp8":
+        raise RowEditError(
+            f"edit of row {row} of {table.label}: a pair of stored fp8 bits fits fp8 tables only; this table "
+            f"stores {table.stored_format}: give 'zero', a source row or a float row tensor [{d}]"
+        )
     want = f"a pair of stored bits (e4m3 tensor [{d}], e8m0 tensor [{nb}])"
     if not isinstance(w, torch.Tensor) or not isinstance(s, torch.Tensor):
         raise RowEditError(
@@ -229,7 +233,7 @@ def _new_row_bits(table: EngramTable, row: int, spec) -> tuple[torch.Tensor, tor
             f"edit of row {row} of {table.label}: a new row must be {want}, got {t.dtype} with {why} "
             f"at features {_features_text(bad)}"
         )
-    w, s = fp8.quantize_rows(x.reshape(1, d))
+    w, s = table._encode(x.reshape(1, d))
     return w[0], s[0]
 
 
@@ -250,14 +254,16 @@ def _spec_bits(table: EngramTable, row: int, spec, stored) -> tuple[torch.Tensor
 def resolve_edits(table: EngramTable, edits) -> RowOverlay:
     """The :class:`RowOverlay` of ``edits`` (see the module docstring) on ``table``."""
     if not isinstance(table, EngramTable):
-        raise RowEditError(f"edits need an fp8 EngramTable (in memory, lazy or procedural), got {type(table).__name__}")
+        raise RowEditError(
+            f"edits need an EngramTable (in memory, lazy, procedural or GGUF), got {type(table).__name__}"
+        )
     if isinstance(edits, range):
         if edits.step != 1 or (len(edits) and (edits.start < 0 or edits.stop > table.num_rows)):
             raise RowEditError(
                 f"a zeroed range must have step 1 inside 0..{table.num_rows - 1} of {table.label}, got {edits}"
             )
         ranges = [(edits.start, edits.stop)] if len(edits) else []
-        return RowOverlay(np.empty(0, np.int64), *_zero_bits(0, table), ranges=ranges)
+        return RowOverlay(np.empty(0, np.int64), *_zero_bits(0, table), ranges=ranges, zero=_zero_bits(1, table))
     if not isinstance(edits, Mapping):
         rows = _zeroed_rows(table, edits)
         return RowOverlay(rows, *_zero_bits(len(rows), table))
@@ -266,7 +272,7 @@ def resolve_edits(table: EngramTable, edits) -> RowOverlay:
         raise RowEditError(f"edits of {table.label} name a row twice (as keys of different types): {rows}")
 
     def stored(r: int) -> tuple[torch.Tensor, torch.Tensor]:
-        w, s = table.gather_fp8(torch.tensor([r]))
+        w, s = table.gather_stored(torch.tensor([r]))
         return w[0].cpu(), s[0].cpu()
 
     by_row = {int(r): spec for r, spec in edits.items()}
@@ -278,8 +284,8 @@ def _stack(bits: list, table: EngramTable) -> tuple[torch.Tensor, torch.Tensor]:
     if not bits:
         return _zero_bits(0, table)
     return (
-        torch.stack([w.view(torch.uint8) for w, _ in bits]).view(torch.float8_e4m3fn),
-        torch.stack([s.view(torch.uint8) for _, s in bits]).view(torch.float8_e8m0fnu),
+        torch.stack([w.view(torch.uint8) for w, _ in bits]).view(bits[0][0].dtype),
+        torch.stack([s.view(torch.uint8) for _, s in bits]).view(bits[0][1].dtype),
     )
 
 

@@ -8,9 +8,12 @@ One interface (``EngramTable``), several backings:
   rows read lately optionally kept in a small ``RowCache`` (``cache_mb``; off by default: measured
   in ``benchmarks/row_gather.py``, its hits on real text did not pay for its copies).
 - ``ProceduralTable`` (``procedural.py``): row r a fixed function of ``(seed, r)``.
+- ``GGUFTable`` (``gguf_table.py``): rows of any GGML block type read lazily from a GGUF file.
 
 ``table(row_ids)`` is the reference lookup ``fp8.dequantize_rows(*table.gather_fp8(row_ids))``
--> bf16 ``[..., head_dim]``.
+-> bf16 ``[..., head_dim]``. A table stores each row as a pair of parts (fp8: e4m3 weight and e8m0
+scale); ``_decode``, ``_encode`` and ``_zero_parts`` turn parts into rows and back, so a backing
+that stores rows otherwise (GGUF blocks) only overrides those three and its ``_gather_unique``.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from engram_viz.weights.rows import LazyRows, check_row_ids, take_rows, unique_i
 from engram_viz.weights.safetensors import read_safetensors_header
 
 DEQUANT_CHUNK_ROWS = 4096  # bounds the float32 temporaries of dequantisation (4 MB each at head_dim 256)
+E8M0_ONE = 127  # the e8m0 byte of the scale 1.0 (2**(127 - 127))
 DEFAULT_CACHE_MB = 0  # hot-row cache of a LazyTable, off (64 MB ~ 245k rows at head_dim 256: no faster, see above)
 
 
@@ -43,6 +47,7 @@ class EngramTable:
     head_dim: int
     label: str
     synthetic: bool = False
+    stored_format = "fp8"  # what gather_stored returns: e4m3 weight and e8m0 scale per row
 
     def _gather_unique(self, ids: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError
@@ -50,18 +55,36 @@ class EngramTable:
     def _check(self, row_ids) -> torch.Tensor:
         return check_row_ids(row_ids, self.num_rows, self.label)
 
-    def gather_fp8(self, row_ids) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rows of ids ``[...]``: weight float8_e4m3fn ``[..., head_dim]`` and scale
-        float8_e8m0fnu ``[..., head_dim / 32]``, on the ids' device, bit for bit as stored."""
+    def _decode(self, w: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        """Stored parts of ``n`` rows -> bf16 ``[n, head_dim]`` (fp8: the reference lookup)."""
+        return fp8.dequantize_rows(w, s)
+
+    def _encode(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """float32 rows ``[n, head_dim]`` -> stored parts, as the checkpoint stores rows."""
+        return fp8.quantize_rows(x)
+
+    def _zero_parts(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Stored parts of ``n`` rows that decode to zeros (fp8: weight 0, scale 1)."""
+        w = torch.zeros(n, self.head_dim, dtype=torch.uint8).view(torch.float8_e4m3fn)
+        s = torch.full((n, self.head_dim // FP8_BLOCK_SIZE), E8M0_ONE, dtype=torch.uint8)
+        return w, s.view(torch.float8_e8m0fnu)
+
+    def gather_stored(self, row_ids) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows of ids ``[...]`` as stored, both parts ``[..., cols]``, on the ids' device, bit for bit."""
         ids = self._check(row_ids)
         uniq, inv = unique_ids(ids)
         w, s = self._gather_unique(uniq)
-        w = take_rows(w, inv).reshape(*ids.shape, self.head_dim)
-        s = take_rows(s, inv).reshape(*ids.shape, self.head_dim // FP8_BLOCK_SIZE)
+        w = take_rows(w, inv).reshape(*ids.shape, w.shape[-1])
+        s = take_rows(s, inv).reshape(*ids.shape, s.shape[-1])
         return w.to(ids.device), s.to(ids.device)
 
+    def gather_fp8(self, row_ids) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows of ids ``[...]``: weight float8_e4m3fn ``[..., head_dim]`` and scale
+        float8_e8m0fnu ``[..., head_dim / 32]``, on the ids' device, bit for bit as stored."""
+        return self.gather_stored(row_ids)
+
     def __call__(self, row_ids) -> torch.Tensor:
-        """The reference lookup: bf16 ``[..., head_dim]`` = ``fp8.dequantize_rows(*gather_fp8(row_ids))``.
+        """The reference lookup: bf16 ``[..., head_dim]`` = ``_decode(*gather_stored(row_ids))``.
 
         Each unique row is read once; dequantisation runs in chunks of positions (the same
         per-element arithmetic), so float32 temporaries stay small. The result is on the ids' device.
@@ -73,7 +96,7 @@ class EngramTable:
         out = torch.empty(inv.numel(), self.head_dim, dtype=torch.bfloat16, device=ids.device)
         for a in range(0, inv.numel(), DEQUANT_CHUNK_ROWS):
             idx = inv[a : a + DEQUANT_CHUNK_ROWS]
-            out[a : a + DEQUANT_CHUNK_ROWS] = fp8.dequantize_rows(take_rows(w, idx), take_rows(s, idx))
+            out[a : a + DEQUANT_CHUNK_ROWS] = self._decode(take_rows(w, idx), take_rows(s, idx))
         return out.reshape(*ids.shape, self.head_dim)
 
     def _check_pair(self, weight_dtype, scale_dtype, weight_cols: int, scale_cols: int, where: str) -> None:

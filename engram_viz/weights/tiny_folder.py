@@ -119,11 +119,18 @@ def compact_token_embedding(path: str | Path, label: str) -> TokenEmbedding:
     (``[vocab_size, dim]`` bf16): ids outside its small vocabulary read the unknown row 0."""
     path = Path(path)
     lm = read_lm_tensors(path, ("tiny.embed.weight", "tiny.embed.raw_ids"))
-    weight = lm["tiny.embed.weight"]
-    if weight.dim() != 2:
-        raise CheckpointError(f"{path}: tensor 'tiny.embed.weight' must be 2-D [rows, dim], got {list(weight.shape)}")
     vocab = load_config(path).vocab_size
-    raw_ids = check_raw_ids(lm["tiny.embed.raw_ids"], weight.shape[0], vocab, str(path))
+    return compact_embedding(lm["tiny.embed.weight"], lm["tiny.embed.raw_ids"], vocab, str(path), label)
+
+
+def compact_embedding(
+    weight: torch.Tensor, raw_ids: torch.Tensor, vocab: int, where: str, label: str
+) -> TokenEmbedding:
+    """:func:`compact_token_embedding` from the two tensors (bf16 ``[V, dim]``, int64 ``[V]``) read from
+    ``where`` (a folder, or a GGUF file of the tiny LM)."""
+    if weight.dim() != 2:
+        raise CheckpointError(f"{where}: tensor 'tiny.embed.weight' must be 2-D [rows, dim], got {list(weight.shape)}")
+    raw_ids = check_raw_ids(raw_ids, weight.shape[0], vocab, where)
     remap = np.zeros(vocab, dtype=np.int64)
     remap[raw_ids[1:]] = np.arange(1, len(raw_ids))
     return TokenEmbedding(

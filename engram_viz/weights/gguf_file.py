@@ -1,0 +1,177 @@
+"""A GGUF file (llama.cpp's format) as the weights layer sees it: metadata, tensor places, block rows.
+
+``open_gguf(path)`` parses the header (``gguf_header.py``; no tensor data is touched) and checks
+that every tensor's bytes lie inside the file. A
+``GGUFTensor`` says where one tensor lies and in which GGML type. Rows are read by id as raw block
+bytes (``block_rows``: the ``pread`` engine of ``rows.LazyRows``): a row of ``cols`` values is
+``cols / block_size * type_size`` bytes for every type (Q8_0: 8 blocks of 34 bytes for 256 values;
+a K-quant: one super-block), so a row is a fixed run of bytes and a gather reads only the rows
+asked for. ``decode_blocks`` dequantises such rows with gguf's own dequantisers; ``read_small``
+reads a whole small tensor (wkv, q, k, the tiny LM's own); a table is never read whole.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, quants
+
+from engram_viz.errors import CheckpointError
+from engram_viz.weights.gguf_header import HeaderError, read_gguf_header
+from engram_viz.weights.rows import LazyRows
+from engram_viz.weights.safetensors import TensorInfo, pread_into
+
+GGUF_SUFFIX = ".gguf"
+INTEGER_TYPES = ("I8", "I16", "I32", "I64")  # stored values, not weights: never dequantised
+ARCH_KEY = "general.architecture"
+
+
+def is_gguf_path(path: str | Path | None) -> bool:
+    """True for an existing file named ``*.gguf`` or starting with the GGUF magic ``b'GGUF'``."""
+    if path is None:
+        return False
+    p = Path(path)
+    if not p.is_file():
+        return False
+    if p.suffix == GGUF_SUFFIX:
+        return True
+    try:
+        with p.open("rb") as f:
+            return f.read(4) == b"GGUF"
+    except OSError:
+        return False
+
+
+@dataclass(frozen=True)
+class GGUFTensor:
+    """Where one tensor's bytes lie in a GGUF file. ``shape`` is numpy order (GGUF lists dims
+    reversed): ``[rows, cols]`` for a matrix; ``start`` is an absolute file offset."""
+
+    path: Path
+    name: str
+    qtype: GGMLQuantizationType
+    shape: tuple[int, ...]
+    start: int
+    nbytes: int
+
+    @property
+    def type_name(self) -> str:
+        return self.qtype.name
+
+    @property
+    def cols(self) -> int:
+        return self.shape[-1]
+
+    @property
+    def rows(self) -> int:
+        return math.prod(self.shape[:-1])
+
+    @property
+    def block(self) -> tuple[int, int]:
+        """``(values per block, bytes per block)`` of the type."""
+        return GGML_QUANT_SIZES[self.qtype]
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one row of ``cols`` values; a ``CheckpointError`` when a row is not whole blocks."""
+        size, nbytes = self.block
+        if self.cols % size:
+            raise CheckpointError(
+                f"{self.path}: tensor {self.name!r} ({self.type_name}) has rows of {self.cols} values, "
+                f"not a whole number of {self.type_name} blocks of {size} values"
+            )
+        return self.cols // size * nbytes
+
+    @property
+    def bits_per_weight(self) -> float:
+        size, nbytes = self.block
+        return 8 * nbytes / size
+
+    def where(self) -> str:
+        return f"{self.path}: tensor {self.name!r} ({self.type_name} {list(self.shape)})"
+
+
+def decode_blocks(raw: np.ndarray, qtype: GGMLQuantizationType, cols: int, where: str) -> np.ndarray:
+    """Rows of raw blocks uint8 ``[n, row_bytes]`` -> float32 ``[n, cols]`` by gguf's dequantiser."""
+    if qtype.name in INTEGER_TYPES:
+        raise CheckpointError(f"{where}: GGML type {qtype.name} holds integers, not weights")
+    try:
+        out = quants.dequantize(np.ascontiguousarray(raw), qtype)
+    except NotImplementedError:
+        raise CheckpointError(f"{where}: the gguf package cannot dequantise GGML type {qtype.name}") from None
+    return np.asarray(out, dtype=np.float32).reshape(raw.shape[0], cols)
+
+
+def encode_blocks(x: np.ndarray, qtype: GGMLQuantizationType, where: str) -> np.ndarray:
+    """float32 rows ``[n, cols]`` -> raw blocks uint8 ``[n, row_bytes]`` by gguf's quantiser (Q8_0,
+    Q4_0/1, Q5_0/1, MXFP4, TQ1_0/2_0, BF16, F16, F32; gguf has none for the K- and IQ-types)."""
+    try:
+        out = quants.quantize(np.ascontiguousarray(x, dtype=np.float32), qtype)
+    except NotImplementedError:
+        raise CheckpointError(f"{where}: the gguf package has no quantiser for GGML type {qtype.name}") from None
+    return np.ascontiguousarray(out).view(np.uint8).reshape(x.shape[0], -1)
+
+
+class GGUFFile:
+    """An opened GGUF file: ``arch`` (``general.architecture``), ``tensors`` {name: GGUFTensor} and
+    ``value(key)`` for metadata (None when absent; arrays of numbers as numpy arrays)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise CheckpointError(f"GGUF file {self.path} does not exist or is not a file")
+        try:
+            self._fields, raw, _ = read_gguf_header(self.path)
+        except (HeaderError, OSError, ValueError) as err:
+            raise CheckpointError(f"{self.path}: not a readable GGUF file: {err}") from None
+        size = self.path.stat().st_size
+        self.tensors: dict[str, GGUFTensor] = {}
+        for t in raw:
+            info = GGUFTensor(self.path, t.name, t.qtype, tuple(reversed(t.dims)), t.start, t.nbytes)
+            if info.start + info.nbytes > size:
+                raise CheckpointError(
+                    f"{info.where()}: its bytes end at {info.start + info.nbytes:,} but the file has {size:,} "
+                    "(truncated)"
+                )
+            self.tensors[t.name] = info
+        self.arch = str(self.value(ARCH_KEY) or "")
+
+    def value(self, key: str) -> Any:
+        return self._fields.get(key)
+
+    def keys(self) -> list[str]:
+        return list(self._fields)
+
+    def tensor(self, name: str, what: str) -> GGUFTensor:
+        """The tensor ``name``; a ``CheckpointError`` naming the file and ``what`` needs it when absent."""
+        if name not in self.tensors:
+            raise CheckpointError(f"{self.path}: tensor {name!r} not found ({what} needs it)")
+        return self.tensors[name]
+
+
+def open_gguf(path: str | Path) -> GGUFFile:
+    """Parse the GGUF header of ``path`` (no tensor data read); ``CheckpointError`` if it is not one."""
+    return GGUFFile(path)
+
+
+def block_rows(t: GGUFTensor) -> LazyRows:
+    """The rows of ``t`` as raw block bytes: a ``LazyRows`` of uint8 ``[rows, row_bytes]``."""
+    rows, row_bytes = t.rows, t.row_bytes
+    info = TensorInfo(t.path, t.name, "U8", (rows, row_bytes), t.start, t.start + rows * row_bytes)
+    return LazyRows(info)
+
+
+def read_small(t: GGUFTensor) -> torch.Tensor:
+    """A whole small tensor, dequantised to float32 in numpy order (integer types as int64)."""
+    raw = np.empty(t.nbytes, dtype=np.uint8)
+    with t.path.open("rb") as f:
+        pread_into(f.fileno(), memoryview(raw), t.start, t.where())
+    if t.type_name in INTEGER_TYPES:
+        return torch.from_numpy(raw.view(f"<i{t.block[1]}").astype(np.int64).reshape(t.shape))
+    rows = raw.reshape(t.rows, t.row_bytes)
+    return torch.from_numpy(decode_blocks(rows, t.qtype, t.cols, t.where()).reshape(t.shape))
