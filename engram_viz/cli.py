@@ -381,7 +381,7 @@ def _add_job_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_train_tiny)
 
-    p = sub.add_parser("app", help="serve the prompt-comparison app as a web page (Voila) and print its URL")
+    p = sub.add_parser("app", help="serve the prompt-comparison app as a web page and print its URL")
     _checkpoint_arg(p)
     p.add_argument("--port", type=PORT, default=8866, help="TCP port (default 8866; 0: any free port)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
