@@ -83,3 +83,13 @@ def export_view(comparison: Any, fmt: str) -> dict[str, str]:
     else:
         data = _figure_bytes(comparison, fmt)
     return {"name": f"{_stem(comparison)}.{fmt}", "mime": MIME[fmt], "data": base64.b64encode(data).decode("ascii")}
+
+
+def answer_export(comparison: Any, request: dict) -> dict:
+    """What the view's ``export_file`` gets for ``request`` ({format, nonce}): the file, or
+    ``{error}`` (a readable line) when there is nothing to export; with the request's nonce."""
+    try:
+        answer: dict = export_view(comparison, str(request.get("format")))
+    except InputError as err:
+        answer = {"error": str(err)}
+    return answer | {"nonce": request.get("nonce")}

@@ -45,7 +45,7 @@ import pandas as pd
 from engram_viz.analysis.gates.comparison import STREAM_REDUCTIONS, PromptResult, gate_difference
 from engram_viz.apps.gate_view import THEME_CHOICES, GateView
 from engram_viz.apps.prompt_cache import MAX_TOKENS, PromptCache
-from engram_viz.apps.view_export import export_view
+from engram_viz.apps.view_export import answer_export, export_view
 from engram_viz.apps.widget_explain import TokenExplainer
 from engram_viz.errors import InputError
 from engram_viz.run.images import ImagePromptError, parse_placeholder
@@ -55,7 +55,7 @@ from engram_viz.run.provenance import provenance_of
 from engram_viz.viz import gate_difference_heatmap, gate_difference_interactive, gate_heatmap_interactive, token_view
 from engram_viz.viz.comparison_html import difference_panel, header_html, prompt_panel
 from engram_viz.viz.style import get_theme
-from engram_viz.viz.view_payload import prompt_payload, theme_payload
+from engram_viz.viz.view_payload import header_payload, prompt_payload, theme_payload
 
 VIEWS = ("tokens", "all gates")
 SLOTS = "ABCDEFGH"
@@ -123,8 +123,8 @@ class PromptComparison:
         )
         self.explainer = TokenExplainer(self)
         v.observe(self._on_change, names=["prompts", "layer", "stream", "view", "theme", "host_theme"])
-        v.observe(self._on_select, names="selected")
-        v.observe(self._on_ablate, names="ablate_request")
+        v.observe(self.explainer.on_selected, names="selected")
+        v.observe(self.explainer.on_ablate_request, names="ablate_request")
         v.observe(self._on_export, names="export_request")
         v.observe(self._on_image_spec, names="image_spec")
         self._on_image_spec()
@@ -182,43 +182,10 @@ class PromptComparison:
         if not self._busy:
             self.update()
 
-    def _on_select(self, change: Any) -> None:
-        want = change["new"] or {}
-        e = self.explainer
-        if (want.get("slot"), want.get("position")) != (e.slot, e.position):
-            self._answer(lambda: e.select(want.get("position"), want.get("slot", "A")))
-
-    def _on_ablate(self, change: Any) -> None:
-        req = change["new"] or {}
-        if not req:
-            return
-        if req.get("restore"):
-            self._answer(self.explainer.restore)
-            return
-        e = self.explainer
-        if (req.get("slot"), req.get("position")) != (e.slot, e.position):
-            self._answer(lambda: e.select(req.get("position"), req.get("slot", "A")))
-        self._answer(lambda: e.ablate(req.get("column"), nonce=req.get("nonce")))
-
     def _on_export(self, change: Any) -> None:
         req = change["new"] or {}
-        if not req.get("format"):
-            return
-        try:
-            answer: dict = export_view(self, str(req["format"]))
-        except InputError as err:
-            answer = {"error": str(err)}
-        self.widget.export_file = answer | {"nonce": req.get("nonce")}
-
-    def _answer(self, call: Any) -> None:
-        """Run what the browser asked; a user error goes to the status line, not to a traceback."""
-        self.widget.busy = True
-        try:
-            call()
-        except InputError as err:
-            self.widget.status = str(err)
-        finally:
-            self.widget.busy = False
+        if req.get("format"):
+            self.widget.export_file = answer_export(self, req)
 
     def _on_image_spec(self, change: Any = None) -> None:
         spec = self.widget.image_spec.strip()
@@ -401,13 +368,7 @@ class PromptComparison:
             key = (slot, id(res))
             payloads[key] = self._payloads.get(key) or prompt_payload(res, slot, self.layer_ids)
         self._payloads = payloads
-        p = self.pipeline
-        self.widget.header = {
-            "model": str(p.model_label),
-            "streams": p.streams_label or f"{p.streams_mode} streams",
-            "config": p.config.name,
-            "device": str(p.device),
-        }
+        self.widget.header = header_payload(self.pipeline)
         self.widget.panels = list(payloads.values())
         self.widget.diffs = {k: v for k, v in panels.items() if k.startswith("diff ")}
 
@@ -496,6 +457,8 @@ class PromptComparison:
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict:
         bundle = self.widget._repr_mimebundle_(include=include, exclude=exclude)
+        if isinstance(bundle, tuple):  # anywidget answers (data, metadata)
+            bundle = bundle[0]
         bundle = dict(bundle) if bundle else {}
         bundle.setdefault("text/html", self.html)  # a static view where widgets do not render
         bundle["text/plain"] = repr(self)

@@ -112,6 +112,33 @@ class TokenExplainer:
         self.diff_html = ""
         self._nonce: Any = None
 
+    # -- what the view asks (its traits 'selected' and 'ablate_request') --------------------------
+
+    def on_selected(self, change: Any) -> None:
+        want = change["new"] or {}
+        if (want.get("slot"), want.get("position")) != (self.slot, self.position):
+            self._answer(lambda: self.select(want.get("position"), want.get("slot", "A")))
+
+    def on_ablate_request(self, change: Any) -> None:
+        req = change["new"] or {}
+        if req.get("restore"):
+            self._answer(self.restore)
+        elif req:
+            if (req.get("slot"), req.get("position")) != (self.slot, self.position):
+                self._answer(lambda: self.select(req.get("position"), req.get("slot", "A")))
+            self._answer(lambda: self.ablate(req.get("column"), nonce=req.get("nonce")))
+
+    def _answer(self, call: Any) -> None:
+        """Run what the browser asked; a user error goes to the status line, not to a traceback."""
+        view = self.cmp.widget
+        view.busy = True
+        try:
+            call()
+        except InputError as err:
+            view.status = str(err)
+        finally:
+            view.busy = False
+
     def _result(self) -> PromptResult | None:
         return self.cmp.results.get(self.slot) if self.slot is not None else None
 

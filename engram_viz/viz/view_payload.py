@@ -6,6 +6,7 @@ plain JSON-ready dicts built from a prompt's arrays, an explanation and the them
   the view colours, lists on hover and shows in the all-gates grid), or its error.
 - :func:`explanation_payload`: one position's 24 rows at every layer: owner (order, head), row id,
   decoded n-gram, per-stream share of the gate's ``dot`` and gate with the row left out.
+- :func:`header_payload`: which model, weights, streams and device made the view;
 - :func:`theme_payload`: each theme's colours and colour-map stops, so that the browser colours
   tokens in the host's theme without asking the kernel.
 
@@ -22,6 +23,7 @@ import numpy as np
 
 from engram_viz.analysis.explain.explanation import Explanation
 from engram_viz.analysis.gates.comparison import PromptResult
+from engram_viz.run.pipeline import Pipeline
 from engram_viz.viz.style import THEMES, display_piece
 
 CMAP_STOPS = 11  # colour-map samples sent to the browser (it interpolates between them)
@@ -89,6 +91,16 @@ def explanation_payload(ex: Explanation, slot: str, position: int) -> dict[str, 
         "position": int(position),
         "token": display_piece(ex.pieces[position]),
         "layers": layers,
+    }
+
+
+def header_payload(pipeline: Pipeline) -> dict[str, str]:
+    """Which model and weights, residual streams, config and device made the view."""
+    return {
+        "model": str(pipeline.model_label),
+        "streams": pipeline.streams_label or f"{pipeline.streams_mode} streams",
+        "config": pipeline.config.name,
+        "device": str(pipeline.device),
     }
 
 

@@ -316,7 +316,7 @@ function render({ model, el }) {
     const ab = model.get("ablation") || {};
     const pending = model.get("ablate_request") || {};
     const scale = Math.max(1e-9, ...at.rows.map((r) => Math.abs(reduce(r.share, stream))));
-    const head = h("tr", {}, ...["col", "order", "head", "row", "n-gram", "share of dot", "gate without", "ablate", ""].map((t) => h("th", { text: t })));
+    const head = h("tr", {}, ...["col", "n-gram", "owner", "row", "share of dot", "gate without", "ablate", ""].map((t) => h("th", { text: t })));
     const table = h("table", { class: "ev-rows" }, head);
     for (const r of at.rows) {
       const share = reduce(r.share, stream);
@@ -337,10 +337,9 @@ function render({ model, el }) {
       table.append(
         h("tr", { class: mine ? "ev-row ev-ablated" : "ev-row", "data-column": r.column },
           h("td", { text: String(r.column) }),
-          h("td", { text: `${r.order}-gram` }),
-          h("td", { text: `h${r.head}` }),
-          h("td", { text: String(r.row) }),
           h("td", { class: "ev-ngram", text: JSON.stringify(r.ngram) }),
+          h("td", { text: `${r.order}-gram h${r.head}` }),
+          h("td", { text: String(r.row) }),
           h("td", {}, `${share >= 0 ? "+" : "−"}${Math.abs(100 * share).toFixed(1)}% `, bar),
           h("td", { text: reduce(r.loo_gate, stream).toFixed(4) }),
           h("td", {}, button),
