@@ -29,6 +29,7 @@ from tokenizers import Regex, Tokenizer, normalizers
 
 from engram_viz._cache import cached_path, is_verified
 from engram_viz.config import EngramConfig, load_config
+from engram_viz.core.token_text import readable_text, token_bytes
 from engram_viz.errors import InputTypeError, TokenInputError, TokenMapError
 from engram_viz.settings import cache_dir
 
@@ -215,8 +216,15 @@ class EngramTokenizer:
         return self.token_map[ids]
 
     def pieces(self, raw_ids) -> list[str]:
-        """Decoded text of each token on its own (partial UTF-8 bytes show as U+FFFD)."""
-        return self.backend.decode_batch([[int(i)] for i in raw_ids], skip_special_tokens=False)
+        """Text of each token on its own, lossless: a fragment of a UTF-8 character shows as its
+        bytes, ``<0xE7>`` (``core.token_text``), never as U+FFFD; special tokens as their text."""
+        ids = [int(i) for i in raw_ids]
+        texts = self.backend.decode_batch([[i] for i in ids], skip_special_tokens=False)
+        for k, text in enumerate(texts):
+            if "\ufffd" in text:  # a fragment (or a real U+FFFD, which comes back as itself)
+                data = token_bytes(self.backend.id_to_token(ids[k]) or "")
+                texts[k] = text if data is None else readable_text(data)
+        return texts
 
     def decode(self, raw_ids) -> str:
         return self.backend.decode([int(i) for i in raw_ids], skip_special_tokens=False)

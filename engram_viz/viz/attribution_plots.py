@@ -17,7 +17,8 @@ from engram_viz.errors import FrameError, InputError
 from engram_viz.viz.figure_axes import AxesArg, drawn, legend, plot_axes
 from engram_viz.viz.frames import require_columns
 from engram_viz.viz.stamps import stamp
-from engram_viz.viz.style import Theme, display_piece
+from engram_viz.viz.style import Theme
+from engram_viz.viz.token_labels import token_label
 
 KINDS = ("order", "head")
 VALUES = {
@@ -78,7 +79,7 @@ def attribution_bars(
             a.set_xticks(range(len(ids)), [f"{g}-gram" if kind == "order" else str(g) for g in ids])
             a.set_xlabel("n-gram order" if kind == "order" else "head")
             a.set_ylabel(VALUES[value])
-        token = display_piece(str(df["token"].iloc[0]))
+        token = token_label(str(df["token"].iloc[0]))
         axes[0].set_title(f"{token!r} (position {position}), layer {layer}", loc="left", fontsize=8)
         legend(fig, axes, ax is None, handles, [f"stream {s}" for s in streams], len(streams))
     return drawn(axes, ax, groups)
@@ -140,7 +141,7 @@ def attribution_bars_interactive(groups: pd.DataFrame, position: int | None = No
                 row=1,
                 col=col,
             )
-    token = display_piece(str(df["token"].iloc[0]))
+    token = token_label(str(df["token"].iloc[0]))
     fig.update_layout(
         barmode="group", title=f"{token!r} (position {position}), layer {layer}: shares of dot", height=360
     )

@@ -26,7 +26,8 @@ from matplotlib import colormaps
 from engram_viz.analysis.gates.comparison import AlignedDifference, PromptResult, aligned_difference
 from engram_viz.run.pipeline import Pipeline
 from engram_viz.viz.html_templates import macros
-from engram_viz.viz.style import Theme, display_piece, get_theme, text_color_on
+from engram_viz.viz.style import Theme, get_theme, text_color_on
+from engram_viz.viz.token_labels import token_label
 from engram_viz.viz.tokens import token_html
 
 DIFF_FLOOR = 0.05  # the difference colour scale spans at least +-0.05
@@ -96,7 +97,7 @@ def gate_grid_html(
             for li, layer in enumerate(layer_ids)
         ]
         rows = _grid_rows(np.full((n_layers, hc), t.image, dtype=object) if img else colours[p], cell)
-        text = html.escape(display_piece(piece)) if not img else "&#9633;"
+        text = html.escape(token_label(piece)) if not img else "&#9633;"
         parts.append(_grid_cell("\n".join(tip), text, rows, hc * cell, t.muted if img else t.foreground))
     legend = _M.grid_legend(t, layer_ids, hc, Markup(_gradient(_hex(t.heat_cmap(np.linspace(0, 1, 11))))))
     return panel_box(t, _M.grid(Markup("".join(parts)), Markup(legend)), label)
@@ -135,13 +136,13 @@ def _image_chip(positions: list[int], lb: str, t: Theme) -> str:
 
 
 def _deleted(piece: str, i: int, la: str, t: Theme) -> str:
-    return _M.deleted(t, f"only in {la}: {piece!r} (position {i})", display_piece(piece))
+    return _M.deleted(t, f"only in {la}: {piece!r} (position {i})", token_label(piece))
 
 
 def _inserted(piece: str, j: int, labels: tuple[str, str], t: Theme) -> str:
     la, lb = labels
     tip = f"{piece!r}  {lb} position {j}: only in {lb} (no partner in {la})"
-    return _M.inserted(t, tip, display_piece(piece))
+    return _M.inserted(t, tip, token_label(piece))
 
 
 class _DifferenceColours:
@@ -173,7 +174,7 @@ def _paired(
 ) -> str:
     """Paired token ``k`` of B coloured by its difference: one chip, or a grid of all its gates."""
     (i, j), la, lb = d.paired[k], *labels
-    piece, text = b.pieces[j], html.escape(display_piece(b.pieces[j]))
+    piece, text = b.pieces[j], html.escape(token_label(b.pieces[j]))
     head = f"{piece!r}  {lb} position {j} <-> {la} position {i} {a.pieces[i]!r} ({kind})"
     if d.all_gates:
         diff = d.diff[k]  # [L, hc]

@@ -18,7 +18,8 @@ from matplotlib.transforms import blended_transform_factory
 
 from engram_viz.errors import InputError
 from engram_viz.viz.stamps import stamp
-from engram_viz.viz.style import Theme, display_piece, get_theme, paper_rc, themed_figure
+from engram_viz.viz.style import Theme, get_theme, paper_rc, themed_figure
+from engram_viz.viz.token_labels import token_labels
 
 AxesArg = Axes | Sequence[Axes] | None
 
@@ -74,7 +75,8 @@ def token_ticks(ax: Axes, tokens: Sequence[str], max_labels: int = 120, fontsize
     n = len(tokens)
     step = max(1, math.ceil(n / max_labels))
     ticks = list(range(0, n, step))
-    labels = [display_piece(tokens[i]) if step == 1 else f"{i} {display_piece(tokens[i])}" for i in ticks]
+    shown = token_labels(tokens)[0]
+    labels = [shown[i] if step == 1 else f"{i} {shown[i]}" for i in ticks]
     ax.set_xticks(ticks, labels, rotation=90, fontsize=fontsize)
     for label in ax.get_xticklabels():
         label.set_parse_math(False)

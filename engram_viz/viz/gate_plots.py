@@ -29,7 +29,8 @@ from engram_viz.viz.frames import (
     require_columns,
     stream_columns,
 )
-from engram_viz.viz.style import Theme, display_piece
+from engram_viz.viz.style import Theme
+from engram_viz.viz.token_labels import token_label
 
 DIFF_COLUMNS = ("pair", "kind", "token_a", "token_b", "layer", "stream", "diff")
 
@@ -73,7 +74,7 @@ def gate_heatmap(
     prompt = pick_one(gates, "prompt", prompt, "gates")
     layers = pick_layers(gates, layer, "gates")
     matrix, labels, tokens, _ = _gate_rows(gates, prompt, layers)
-    height = 1.2 + 0.2 * len(labels) + 0.06 * max(len(display_piece(s)) for s in tokens)
+    height = 1.2 + 0.2 * len(labels) + 0.06 * max(len(token_label(s)) for s in tokens)
     size = (heatmap_width(len(tokens), width), min(height, 9.0))
     with plot_axes(ax, theme, size, 1, lambda fig: fig.add_subplot()) as (fig, t, (axes,)):
         im = axes.imshow(
@@ -214,7 +215,7 @@ def exposure_beside_gates(
     tables = [gate_table(gates, prompt, lay) for lay in layers]
     tokens = tables[0]["token"].tolist()
     ratios = [r for _ in layers for r in (4, 1.8)]
-    height = min(1.0 + 1.5 * len(layers) + 0.06 * max(len(display_piece(s)) for s in tokens), 10.0)
+    height = min(1.0 + 1.5 * len(layers) + 0.06 * max(len(token_label(s)) for s in tokens), 10.0)
     size = (width if width is not None else max(heatmap_width(len(tokens), None), 5.0), height)
 
     def make(fig: Figure):
@@ -237,7 +238,7 @@ def diff_matrix(diff: pd.DataFrame) -> tuple[np.ndarray, list[str], list[str], f
     wide = wide.reindex(columns=sorted(pd.unique(diff["pair"])))
     first = diff.drop_duplicates("pair").set_index("pair").loc[wide.columns]
     labels = [
-        display_piece(tb) if kind != "delete" else "-" + display_piece(ta)
+        token_label(tb) if kind != "delete" else "-" + token_label(ta)
         for ta, tb, kind in zip(first["token_a"], first["token_b"], first["kind"])
     ]
     matrix = wide.to_numpy(dtype=float)

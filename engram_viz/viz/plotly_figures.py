@@ -24,7 +24,8 @@ from engram_viz.viz.frames import (
 )
 from engram_viz.viz.gate_plots import diff_matrix
 from engram_viz.viz.stamps import stamp
-from engram_viz.viz.style import HEAT_CMAP, HTML_FONT_STACK, Theme, display_piece, get_theme, text_color_on
+from engram_viz.viz.style import HEAT_CMAP, HTML_FONT_STACK, Theme, get_theme, text_color_on
+from engram_viz.viz.token_labels import token_label, token_labels
 
 
 def _cividis(value: float):
@@ -41,8 +42,13 @@ def _plotly():
 
 
 def _plotly_text(piece: str) -> str:
-    """A token piece safe for plotly's pseudo-HTML text (so '<br>' in code shows as text)."""
-    return html.escape(display_piece(piece), quote=False)
+    """One token's label safe for plotly's pseudo-HTML text (so '<br>' in code shows as text)."""
+    return html.escape(token_label(piece), quote=False)
+
+
+def _plotly_texts(pieces) -> list[str]:
+    """Token labels safe for plotly's pseudo-HTML text (so '<br>' in code shows as text)."""
+    return [html.escape(label, quote=False) for label in token_labels(list(pieces))[0]]
 
 
 def _heatmap_rows(
@@ -144,7 +150,7 @@ def gate_heatmap_interactive(
     layers = pick_layers(gates, layer, "gates")
     t = get_theme(theme)
     tables = [gate_table(gates, prompt, lay) for lay in layers]
-    tokens = [_plotly_text(p) for p in tables[0]["token"]]
+    tokens = _plotly_texts(tables[0]["token"])
     z, ylabels, custom = _heatmap_rows(tables, layers, prompt, rows, tokens)
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.3, 0.7], vertical_spacing=0.02)
     _token_strip(go, fig, tables[0], tokens, custom[0], layers[0])

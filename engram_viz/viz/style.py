@@ -240,23 +240,6 @@ def text_color_on(rgb: Sequence[float] | str) -> str:
     return "#111111" if luminance > 0.22 else "#f5f5f5"
 
 
-def display_piece(piece: str) -> str:
-    """A token piece made visible on one line: newline -> '↵', tab -> '→', other controls -> '·'."""
-    out = []
-    for ch in str(piece):
-        if ch == "\n":
-            out.append("\u21b5")
-        elif ch == "\t":
-            out.append("\u2192")
-        elif ch == "\r":
-            out.append("\u240d")
-        elif ord(ch) < 32 or ord(ch) == 127:
-            out.append("\u00b7")
-        else:
-            out.append(ch)
-    return "".join(out)
-
-
 @contextmanager
 def themed_figure(theme: str | Theme, figsize: tuple[float, float], layout: str = "constrained"):
     """Yield ``(fig, theme)``: a pyplot-free ``Figure`` built under the theme's rcParams.

@@ -19,7 +19,7 @@ from engram_viz.viz.frames import (
     row_ids_text,
     stream_columns,
 )
-from engram_viz.viz.style import display_piece
+from engram_viz.viz.token_labels import image_label, is_special, token_labels
 
 ATTRIBUTION_COLUMNS = ("prompt", "position", "layer", "kind", "group", "stream", "dot_share")
 
@@ -33,6 +33,7 @@ class TokenCell:
     tooltip: str
     is_image: bool
     line_break: bool  # the token ends with a newline: start a new line after it
+    is_special: bool = False  # a special token (BOS ...), shown by its short label
 
 
 def stream_label(stream: int | str) -> str:
@@ -99,6 +100,7 @@ def token_cells(
     streams = stream_columns(table)
     stream_values = table[streams].to_numpy(dtype=float)
     exposure = table["exposure"].to_numpy() if has_exposure else None
+    labels, split_notes = token_labels(tokens)
     i = 0
     while i < len(table):
         if image[i]:
@@ -107,7 +109,7 @@ def token_cells(
                 j += 1
             n = j - i + 1
             tip = f"image span: positions {positions[i]}-{positions[j]} ({n} tokens)\ngates 0 (masked)"
-            cells.append(TokenCell(f"[image \u00d7{n}]", float("nan"), tip, True, False))
+            cells.append(TokenCell(image_label(n), float("nan"), tip, True, False))
             i = j + 1
             continue
         position = int(positions[i])
@@ -119,10 +121,13 @@ def token_cells(
         ]
         if has_exposure:
             lines.append(f"collision exposure {int(exposure[i])}/24 rows shared")
+        if i in split_notes:
+            lines.append(split_notes[i])
         if position in share_text:
             lines.append(share_text[position])
         if position in row_text:
             lines.append(row_text[position])
-        cells.append(TokenCell(display_piece(piece), float(values[i]), "\n".join(lines), False, piece.endswith("\n")))
+        cell = TokenCell(labels[i], float(values[i]), "\n".join(lines), False, piece.endswith("\n"), is_special(piece))
+        cells.append(cell)
         i += 1
     return cells

@@ -34,7 +34,8 @@ def _cell_rows(cells: Sequence[TokenCell], t: Theme, norm: Normalize) -> list[tu
             face, ink, extra = t.image, t.muted, "font-style:italic;"
         else:
             rgba = tuple(float(x) for x in rgba)
-            face, ink, extra = to_hex(rgba), text_color_on(rgba), ""
+            face, ink = to_hex(rgba), text_color_on(rgba)
+            extra = "font-size:0.75em;letter-spacing:0.03em;" if c.is_special else ""  # BOS: a label, not text
         out.append((c.tooltip, face, ink, extra, c.text, c.line_break))
     return out
 

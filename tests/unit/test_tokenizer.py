@@ -136,7 +136,7 @@ def test_encode_decode_round_trip(tokenizer, text):
     raw = tokenizer.encode(text)
     assert raw and all(0 <= r < 129_280 for r in raw)
     assert tokenizer.decode(raw) == text
-    assert "".join(tokenizer.pieces(raw)) == text or "\ufffd" in "".join(tokenizer.pieces(raw))
+    assert "".join(tokenizer.pieces(raw)) == text  # whole characters: the pieces are the text
     assert tokenizer.encode(text, bos=True) == [BOS_ID, *raw]
 
 

@@ -6,17 +6,25 @@ import numpy as np
 
 from engram_viz.analysis.corpus.windows import DEAD
 from engram_viz.config import EngramConfig
+from engram_viz.core.token_text import joined_text, special_label
 from engram_viz.core.tokenizer import get_tokenizer
 from engram_viz.errors import InputError
+
+CASE_NOTE = (
+    "n-grams are keyed on the compressed vocabulary, which folds case, accents and a leading space "
+    "('The', ' the' and 'THE' are one id); each id is shown as one of its raw tokens, so case and "
+    "spacing may differ from the text"
+)
 
 
 class NgramDecoder:
     """Readable text of compressed n-grams: each compressed id shows as the text of one raw
     member - the most frequent one in ``raw_counts`` (int ``[vocab]``, e.g. counted over a
     corpus) when given, else the lowest raw id. ``The``/`` the``/``THE`` share an id, so case
-    and a leading space may differ from the source. The compressed pad id shows as ``<pad>``: a
-    blocked look-back (sequence start or image) - or the pad token itself, which the key cannot
-    tell apart."""
+    and a leading space may differ from the source (:data:`CASE_NOTE`, the line tables carry). The
+    compressed pad id shows as ``<pad>``: a blocked look-back (sequence start or image) - or the
+    pad token itself, which the key cannot tell apart; other special tokens as ``<BOS>``; a
+    character split over tokens is made whole in :meth:`text`, a stray byte shows as ``<0xE7>``."""
 
     def __init__(self, tokenizer, pad_id: int | None = None, raw_counts: np.ndarray | None = None):
         self.tokenizer = tokenizer
@@ -45,11 +53,17 @@ class NgramDecoder:
             raw = [int(self._first[i]) for i in todo if i not in (DEAD, self.pad_id)]
             texts = iter(self.tokenizer.pieces(raw))
             for i in todo:
-                self._cache[i] = "<DEAD>" if i == DEAD else "<pad>" if i == self.pad_id else next(texts)
+                self._cache[i] = "<DEAD>" if i == DEAD else "<pad>" if i == self.pad_id else _short(next(texts))
         return [self._cache[i] for i in ids]
 
     def text(self, ids) -> str:
-        return "".join(self.pieces(ids))
+        return joined_text(self.pieces(ids))
+
+
+def _short(piece: str) -> str:
+    """A special token as ``<BOS>`` (n-gram text reads as one string, so labels keep brackets)."""
+    label = special_label(piece)
+    return piece if label is None else label if label.startswith("<") else f"<{label}>"
 
 
 def make_decoder(config: EngramConfig, tokenizer, pad_id: int) -> NgramDecoder | None:
