@@ -10,8 +10,9 @@ plain JSON-ready dicts built from a prompt's arrays, an explanation and the them
 - :func:`theme_payload`: each theme's colours and colour-map stops, so that the browser colours
   tokens in the host's theme without asking the kernel.
 
-Token labels come from ``viz.style.display_piece`` (one line each); image positions are flagged
-and the view draws each image span as one labelled block.
+Token labels come from ``viz.token_labels`` (special tokens as short labels, a character split over
+byte-level tokens merged, with a note naming the bytes); image positions are flagged and the view
+draws each image span as one labelled block.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ import numpy as np
 from engram_viz.analysis.explain.explanation import Explanation
 from engram_viz.analysis.gates.comparison import PromptResult
 from engram_viz.run.pipeline import Pipeline
-from engram_viz.viz.style import THEMES, display_piece
+from engram_viz.viz.style import THEMES
+from engram_viz.viz.token_labels import token_label, token_labels
 
 CMAP_STOPS = 11  # colour-map samples sent to the browser (it interpolates between them)
 _DIGITS = 4
@@ -36,12 +38,14 @@ def _hex(rgba: np.ndarray) -> list[str]:
 
 
 def prompt_payload(result: PromptResult, slot: str, layer_ids: Sequence[int]) -> dict[str, Any]:
-    """``{slot, error}`` for a prompt that cannot run, else ``{slot, n, labels, pieces, image, gates,
-    rows, n_cols}``: ``gates`` is ``[T * n_layers * hc]`` (position-major), ``rows`` is
-    ``[T * n_layers * n_cols]``; ``labels`` are the one-line display labels, ``pieces`` the raw text."""
+    """``{slot, error}`` for a prompt that cannot run, else ``{slot, n, labels, notes, pieces, image,
+    gates, rows, n_cols}``: ``gates`` is ``[T * n_layers * hc]`` (position-major), ``rows`` is
+    ``[T * n_layers * n_cols]``; ``labels`` are the display labels, ``notes`` (position -> text) say
+    which bytes of a split character a token holds, ``pieces`` are the raw pieces."""
     if not result.ok:
         return {"slot": slot, "error": result.error}
     rows = result.trace.row_ids[0, : len(result.pieces)].numpy()  # [T, n_layers, n_cols]
+    labels, notes = token_labels(result.pieces)
     return {
         "slot": slot,
         "error": None,
@@ -49,7 +53,8 @@ def prompt_payload(result: PromptResult, slot: str, layer_ids: Sequence[int]) ->
         "layer_ids": [int(x) for x in layer_ids],
         "hc": int(result.gates.shape[2]),
         "n_cols": int(rows.shape[2]),
-        "labels": [display_piece(p) for p in result.pieces],
+        "labels": labels,
+        "notes": {str(k): v for k, v in notes.items()},
         "pieces": list(result.pieces),
         "image": [int(x) for x in result.is_image.tolist()],
         "gates": np.round(result.gates.astype(np.float64), _DIGITS).reshape(-1).tolist(),
@@ -89,7 +94,7 @@ def explanation_payload(ex: Explanation, slot: str, position: int) -> dict[str, 
     return {
         "slot": slot,
         "position": int(position),
-        "token": display_piece(ex.pieces[position]),
+        "token": token_label(ex.pieces[position]),
         "layers": layers,
     }
 

@@ -15,6 +15,7 @@ from PIL import Image
 from engram_viz.apps.view_export import export_view
 from engram_viz.apps.widget import PromptComparison
 from engram_viz.viz.export import check_offline_html
+from engram_viz.viz.token_labels import token_labels
 
 pytestmark = pytest.mark.integration
 A = "A photo <image:4x3> of the Great Wall."
@@ -33,6 +34,7 @@ def test_the_payload_is_the_comparisons_arrays(cmp):
         res = cmp.results[slot]
         n, n_layers, hc = res.gates.shape
         assert panel["n"] == n == len(panel["labels"]) and panel["image"] == res.is_image.astype(int).tolist()
+        assert panel["labels"] == token_labels(res.pieces)[0] and "begin" not in panel["labels"][0]  # BOS, short
         np.testing.assert_allclose(np.reshape(panel["gates"], (n, n_layers, hc)), res.gates, atol=5e-5)
         rows = np.reshape(panel["rows"], (n, n_layers, panel["n_cols"]))
         assert np.array_equal(rows, res.trace.row_ids[0, :n].numpy())

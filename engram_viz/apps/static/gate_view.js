@@ -214,7 +214,8 @@ function render({ model, el }) {
 
   // ---------------------------------------------------------------- prompt panels
   function tokenTitle(panel, pos) {
-    return `${JSON.stringify(panel.pieces[pos])} · position ${pos}`;
+    const note = (panel.notes || {})[String(pos)];
+    return `${panel.labels[pos]} · position ${pos}${note ? ` · ${note}` : ""}`;
   }
 
   function gatesOf(panel, pos) {
@@ -350,7 +351,7 @@ function render({ model, el }) {
       h("div", { class: "ev-title", text: `the 24 rows of position ${ex.position}` }),
       h("div", { class: "ev-subtitle", text: title }),
       table,
-      h("div", { class: "ev-muted ev-note", text: "n-grams are decoded from the compressed vocabulary the hash reads, which folds case and spacing variants into one id: they show lower-cased. A row's share is its part of the gate's dot product (signed); 'gate without' leaves that row out." }),
+      h("div", { class: "ev-muted ev-note", text: "n-grams are decoded from the compressed vocabulary the hash reads, which folds case and spacing variants into one id, so they show lower-cased. A row's share is its part of the gate's dot product (signed); 'gate without' leaves that row out." }),
     ];
     if (ab.html && ab.slot === ex.slot && ab.position === ex.position) {
       const diff = h("div", { class: "ev-diff ev-ablation-diff" });
