@@ -90,8 +90,9 @@ class OfflineGuard:
 
 
 def jupyter_env(base: Path) -> dict[str, str]:
-    """The environment for a Jupyter server of a test: its own config, data, runtime and IPython
-    folders under ``base`` (nothing of the user's Jupyter set-up applies, nothing is written there)."""
+    """The environment for a server of a test: its own Jupyter config, data, runtime and IPython
+    folders under ``base`` (nothing of the user's Jupyter set-up applies, nothing is written there)
+    and this tree first on ``PYTHONPATH``."""
     env = dict(os.environ)
     for name, sub in (
         ("JUPYTER_CONFIG_DIR", "config"),
@@ -104,6 +105,8 @@ def jupyter_env(base: Path) -> dict[str, str]:
         env[name] = str(d)
     env.pop("JUPYTER_PATH", None)
     env.pop("JUPYTER_TOKEN", None)
+    # servers and their kernels import this tree's engram_viz, whatever an editable install points at
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("MPLBACKEND", "Agg")
     return env
@@ -235,7 +238,6 @@ def start_marimo(notebook: Path, base: Path, token: str) -> tuple[Server, str]:
     env = jupyter_env(base)
     env["HOME"] = str(base / "home")
     env["XDG_CONFIG_HOME"] = str(base / "home" / ".config")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     port = free_port()
     argv = [sys.executable, "-m", "marimo", "-q", "-y", "run", str(notebook), "--host", "127.0.0.1"]
     argv += ["--port", str(port), "--headless", "--token-password", token]

@@ -265,10 +265,10 @@ def test_jupyterlab_light_then_dark_typing_click_ablate_export(page, browser, la
 
     # JupyterLab's dark theme: the view follows the host, and so do the kernel's difference panels
     page.evaluate("() => window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Dark'})")
-    page.wait_for_selector("body[data-jp-theme-light='false']", timeout=UPDATE_S * 1000)
+    page.wait_for_selector("body[data-jp-theme-light='false']", state="attached", timeout=UPDATE_S * 1000)
     page.wait_for_selector(".ev-view[data-theme='dark']", timeout=UPDATE_S * 1000)
     assert page.evaluate(_BACKGROUND_JS, ".ev-view") < 0.2
-    wait_panels(page, lambda p: "#1f2229" in p.get("diff B-A", {}).get("html", ""), UPDATE_S, "dark panels", scope)
+    wait_panels(page, lambda p: "#16181d" in p.get("diff B-A", {}).get("html", ""), UPDATE_S, "dark panels", scope)
     assert page.locator(".ev-rows tr.ev-row").count() == 24  # the explanation stays
     page.locator(".ev-panel[data-slot=A] .ev-tok[data-pos='4']").hover()
     tip = page.locator(".ev-tip")

@@ -298,7 +298,7 @@ function render({ model, el }) {
       h("pre", { text: ids.join("\n") }),
     );
     tip.hidden = false;
-    const x = Math.min(event.clientX + 14, window.innerWidth - 340);
+    const x = Math.min(event.clientX + 14, window.innerWidth - 450);
     tip.style.left = `${Math.max(0, x)}px`;
     tip.style.top = `${event.clientY + 16}px`;
   }
