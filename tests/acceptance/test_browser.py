@@ -440,6 +440,16 @@ def test_app_page_click_ablate_and_export(page, browser, app, tmp_path):
     page.locator("button.ev-restore").click()
     page.locator(".ev-ablation-diff").wait_for(state="detached", timeout=UPDATE_S * 1000)
     assert page.locator(".ev-rows tr.ev-row").count() == 24
+    # the all-gates view: a readable grid under every token, each cell named on hover
+    page.locator(".ev-viewmode button", has_text="all gates").click()
+    cells = page.locator(".ev-panel[data-slot=A] .ev-gcell")
+    cells.first.wait_for(timeout=UPDATE_S * 1000)
+    n_tokens = page.locator(".ev-panel[data-slot=A] .ev-tok").count()
+    layers, streams = page.locator(".ev-layer option").count(), page.locator(".ev-stream option").count() - 3
+    assert cells.count() == n_tokens * layers * streams and cells.first.bounding_box()["width"] >= 10
+    cells.nth(streams + 1).hover()  # the first token's second layer, stream 1
+    assert page.locator(".ev-tip td.ev-hit").count() == 1
+    assert page.locator(".ev-tip tr").nth(2).locator("td.ev-hit").count() == 1
     for fmt in ("png", "pdf"):
         export_and_open(page, browser, tmp_path, fmt)
     settings = json.loads(export_and_open(page, browser, tmp_path, "json").read_text(encoding="utf-8"))
