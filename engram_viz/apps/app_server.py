@@ -31,7 +31,7 @@ from typing import Any
 import tornado.web
 import tornado.websocket
 
-from engram_viz.apps.gate_view import STATIC, GateView
+from engram_viz.apps.view_files import SERVED, STATIC
 from engram_viz.viz.html_templates import macros
 
 SLOT_PARAMS = "abcdefgh"  # URL parameters of the prompts A..H
@@ -50,6 +50,7 @@ class ModelLoader:
         self.error: str | None = None
         self.pipeline: Any = None
         self.make_comparison: Callable[..., Any] | None = None
+        self.state_keys: list[str] = []  # the gate view's synced traits (not ipywidgets' own, e.g. layout)
         self._t0 = time.monotonic()
 
     @property
@@ -62,20 +63,25 @@ class ModelLoader:
 
     def run(self) -> None:
         """Import, load the model, run the default prompts once (the first forward warms it up)."""
+        source = ""
         try:
             self._at("importing torch and the model code")
             widget = importlib.import_module("engram_viz.apps.widget")
+            gate_view = importlib.import_module("engram_viz.apps.gate_view")
             pipeline_mod = importlib.import_module("engram_viz.run.pipeline")
             resolve = importlib.import_module("engram_viz.weights.resolve")
-            self._at(f"loading the model from {resolve.weights_source(self.checkpoint)}")
+            source = resolve.weights_source(self.checkpoint)
+            self._at(f"loading the model from {source}")
             self.pipeline = pipeline_mod.Pipeline(self.checkpoint)
             self._at("running the first prompts")
             widget.PromptComparison(pipeline=self.pipeline)
             self.make_comparison = widget.PromptComparison
+            self.state_keys = sorted(gate_view.GateView.class_own_traits(sync=True))
             self.ready = True
             self._at("ready: open the URL above")
         except Exception as err:  # noqa: BLE001 - shown on the page and printed
-            self.error = f"could not load the model: {err}"
+            where = f" from {source}" if source else ""
+            self.error = f"could not load the model{where}: {err}"
             self.say(f"engram-viz app: {self.error}")
 
     def start(self) -> threading.Thread:
@@ -120,10 +126,8 @@ class StatusHandler(_Guarded):
 
 
 class StaticHandler(_Guarded):
-    FILES = frozenset({"gate_view.js", "gate_view.css", "app_host.js"})
-
     def get(self, name: str) -> None:
-        if name not in self.FILES:
+        if name not in SERVED:
             raise tornado.web.HTTPError(404)
         kind = "text/css" if name.endswith(".css") else "text/javascript"
         self.set_header("Content-Type", f"{kind}; charset=utf-8")
@@ -176,7 +180,7 @@ class ViewSocket(tornado.websocket.WebSocketHandler):
             self.cmp = self.loader.make_comparison(pipeline=self.loader.pipeline)
             self.cmp.widget.status = f"the URL's settings were not used: {err}"
         w = self.cmp.widget
-        self._keys = sorted(GateView.class_own_traits(sync=True))  # the view's state, not ipywidgets' layout
+        self._keys = self.loader.state_keys
         w.observe(self._on_trait, names=self._keys)
         self.write_message(json.dumps({"type": "state", "state": {k: getattr(w, k) for k in self._keys}}))
 

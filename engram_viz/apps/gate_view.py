@@ -1,6 +1,6 @@
 """The interactive gate view: one anywidget component (``GateView``) that JupyterLab, Jupyter
 Notebook, VS Code, Colab, marimo and the ``engram-viz app`` page all render from the same ES module
-(``apps/static/gate_view.js`` and ``gate_view.css``, shipped in the package: no CDN, no build step).
+(``apps/static/gate_view.js`` and ``gate_view.css``, shipped in the package: ``apps.view_files``).
 
 The widget holds state only; :class:`~engram_viz.apps.widget.PromptComparison` fills it and
 answers its requests. What the browser shows, from the synced traits:
@@ -23,14 +23,11 @@ Requests carry a ``nonce`` so that asking twice for the same thing is two reques
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import anywidget
 import traitlets as tl
 
-STATIC = Path(__file__).resolve().parent / "static"
-ESM = STATIC / "gate_view.js"
-CSS = STATIC / "gate_view.css"
+from engram_viz.apps.view_files import CSS, ESM
+
 EXPORT_FORMATS = ("html", "png", "pdf", "json")
 THEME_CHOICES = ("auto", "light", "dark")
 
