@@ -232,12 +232,16 @@ def start_app(base: Path, extra: list[str] | None = None) -> tuple[Server, str]:
     return server, m.group(1)
 
 
-def start_marimo(notebook: Path, base: Path, token: str) -> tuple[Server, str]:
+def start_marimo(notebook: Path, base: Path, token: str, theme: str = "light") -> tuple[Server, str]:
     """``marimo run notebook`` on 127.0.0.1 (a free port, headless, token ``token``), its home and
-    config under ``base``; returns (server, the URL with the token)."""
+    user config under ``base`` (marimo's ``theme``: 'light' or 'dark'); returns (server, the URL
+    with the token)."""
     env = jupyter_env(base)
     env["HOME"] = str(base / "home")
     env["XDG_CONFIG_HOME"] = str(base / "home" / ".config")
+    config = base / "home" / ".config" / "marimo" / "marimo.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(f'[display]\ntheme = "{theme}"\n', encoding="utf-8")
     port = free_port()
     argv = [sys.executable, "-m", "marimo", "-q", "-y", "run", str(notebook), "--host", "127.0.0.1"]
     argv += ["--port", str(port), "--headless", "--token-password", token]

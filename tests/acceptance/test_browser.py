@@ -1,6 +1,6 @@
 """The gate view in a real browser (Chromium driven by Playwright), in each host it runs in:
 JupyterLab 4 running the prompt-comparison notebook (light, then dark), the standalone page of
-``engram-viz app``, and a real ``marimo run`` server running ``tests/marimo_gate_view.py``. In each:
+``engram-viz app``, and a real ``marimo run`` server (dark theme) running ``tests/marimo_gate_view.py``. In each:
 click a token and see its rows, ablate one and see the difference beside the button, export the
 view and open the file. Every request that is not to 127.0.0.1 / localhost is blocked and
 recorded, and the tests assert there was none.
@@ -464,20 +464,21 @@ def test_app_page_click_ablate_and_export(page, browser, app, tmp_path):
 def marimo_server(tmp_path_factory):
     pytest.importorskip("marimo")
     base = tmp_path_factory.mktemp("marimo")
-    server, url = start_marimo(MARIMO_NOTEBOOK, base, secrets.token_hex(12))
+    server, url = start_marimo(MARIMO_NOTEBOOK, base, secrets.token_hex(12), theme="dark")
     yield {"url": url, "server": server}
     rc = server.stop()
     assert rc is not None, "marimo did not stop"
 
 
 def test_marimo_runs_the_view_click_ablate_export(page, browser, marimo_server, tmp_path):
-    """A real ``marimo run`` server: the notebook's view renders (marimo's anywidget support),
-    follows marimo's light theme, explains a clicked token, ablates a row and exports a file."""
+    """A real ``marimo run`` server in marimo's dark theme: the notebook's view renders (marimo's
+    anywidget support), follows the dark theme, explains a clicked token, ablates a row and exports
+    a file."""
     t0 = time.monotonic()
     page.goto(marimo_server["url"], timeout=LOAD_S * 1000)
     page.locator(".ev-panel[data-slot=A] .ev-tok").first.wait_for(timeout=LOAD_S * 1000)
     t_paint = time.monotonic() - t0
-    assert page.locator(".ev-view").get_attribute("data-theme") == "light"
+    assert page.locator(".ev-view").get_attribute("data-theme") == "dark"  # marimo's own theme
     assert page.locator(".ev-panel[data-slot=B]").inner_text().startswith("prompt B · layer")
     assert "aligned tokens" in page.locator(".ev-diff").first.inner_text()
     beside = explain_and_ablate(page)
