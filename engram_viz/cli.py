@@ -410,7 +410,7 @@ COMMANDS: dict[str, Command] = {
     ),
     "app": Command(
         "apps",
-        "serve the prompt-comparison app as a web page (Voila) and print its URL",
+        "serve the prompt-comparison app as a web page and print its URL",
         _add_app,
         "engram_viz.commands.app_command:app",
         "engram-viz app --port 9000",

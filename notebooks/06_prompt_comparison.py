@@ -94,5 +94,9 @@ print(cmp.messages)
 display(HTML(cmp.panels["A"]))
 
 # %% [markdown]
-# The app for a standalone page is the same object: `engram_viz.apps.widget.app()` returns it, and its
-# `.widget` is the ipywidgets tree a Voila page serves.
+# The view above is interactive: click a token to see its 24 rows (decoded n-grams, shares of the
+# gate, the gate without each row) and press *ablate* beside a row to see what zeroing it changes;
+# hover a token for every stream's gate and its row ids; *export* saves the view as HTML, PNG, PDF
+# or its settings as JSON. It is one anywidget component (`cmp.widget`), so it runs the same in
+# JupyterLab (following its light or dark theme), VS Code, Colab and marimo
+# (`mo.ui.anywidget(cmp.widget)`), and `engram-viz app` serves it as a page of its own.

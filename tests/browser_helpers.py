@@ -31,7 +31,7 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
-LOCAL_SCHEMES = {"data", "blob", "about"}
+LOCAL_SCHEMES = {"data", "blob", "about", "file"}
 
 
 def chromium_path() -> str | None:
@@ -90,8 +90,9 @@ class OfflineGuard:
 
 
 def jupyter_env(base: Path) -> dict[str, str]:
-    """The environment for a Jupyter server of a test: its own config, data, runtime and IPython
-    folders under ``base`` (nothing of the user's Jupyter set-up applies, nothing is written there)."""
+    """The environment for a server of a test: its own Jupyter config, data, runtime and IPython
+    folders under ``base`` (nothing of the user's Jupyter set-up applies, nothing is written there)
+    and this tree first on ``PYTHONPATH``."""
     env = dict(os.environ)
     for name, sub in (
         ("JUPYTER_CONFIG_DIR", "config"),
@@ -104,6 +105,8 @@ def jupyter_env(base: Path) -> dict[str, str]:
         env[name] = str(d)
     env.pop("JUPYTER_PATH", None)
     env.pop("JUPYTER_TOKEN", None)
+    # servers and their kernels import this tree's engram_viz, whatever an editable install points at
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("MPLBACKEND", "Agg")
     return env
@@ -229,24 +232,40 @@ def start_app(base: Path, extra: list[str] | None = None) -> tuple[Server, str]:
     return server, m.group(1)
 
 
+def start_marimo(notebook: Path, base: Path, token: str, theme: str = "light") -> tuple[Server, str]:
+    """``marimo run notebook`` on 127.0.0.1 (a free port, headless, token ``token``), its home and
+    user config under ``base`` (marimo's ``theme``: 'light' or 'dark'); returns (server, the URL
+    with the token)."""
+    env = jupyter_env(base)
+    env["HOME"] = str(base / "home")
+    env["XDG_CONFIG_HOME"] = str(base / "home" / ".config")
+    config = base / "home" / ".config" / "marimo" / "marimo.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(f'[display]\ntheme = "{theme}"\n', encoding="utf-8")
+    port = free_port()
+    argv = [sys.executable, "-m", "marimo", "-q", "-y", "run", str(notebook), "--host", "127.0.0.1"]
+    argv += ["--port", str(port), "--headless", "--token-password", token]
+    server = Server(argv, env, ROOT, base / "marimo.log")
+    url = f"http://127.0.0.1:{port}"
+    wait_http(f"{url}/health", 180, server)
+    return server, f"{url}/?access_token={token}"
+
+
 # ------------------------------------------------------------------------------ the widget in a page
 
-# The comparison widget's HTML panels, by what their first line says: 'header', 'A', 'B', ...,
-# 'diff B-A', 'status' -> {"text", "html"}. Reads only the widget's own views (.widget-html-content).
+# The gate view's parts by name: 'header', 'status', 'A', 'B', ... (each prompt's panel), 'diff B-A', ...
+# -> {"text", "html"}. Reads only the view's own elements (.ev-view), in the page or under ``scope``.
 _PANELS_JS = r"""
 (scope) => {
   const root = scope ? document.querySelector(scope) : document;
+  const view = root && root.querySelector('.ev-view');
   const out = {};
-  if (!root) return out;
-  for (const el of root.querySelectorAll('.widget-html-content')) {
-    const text = el.innerText.trim();
-    let key = null, m;
-    if (el.querySelector('.ev-status')) key = 'status';
-    else if (text.startsWith('Model and weights')) key = 'header';
-    else if ((m = text.match(/^prompt ([A-H])\b/))) key = m[1];
-    else if ((m = text.match(/^diff(?:erence)? ([A-H])\b/))) key = `diff ${m[1]}-A`;
-    if (key && !(key in out)) out[key] = {text, html: el.innerHTML};
-  }
+  if (!view) return out;
+  const put = (key, el) => { if (el && el.innerText.trim()) out[key] = {text: el.innerText.trim(), html: el.innerHTML}; };
+  put('header', view.querySelector('.ev-header'));
+  put('status', view.querySelector('.ev-status'));
+  for (const p of view.querySelectorAll('.ev-panels .ev-panel[data-slot]')) put(p.dataset.slot, p);
+  for (const d of view.querySelectorAll('.ev-diffs .ev-diff[data-key]')) put(d.dataset.key, d);
   return out;
 }
 """

@@ -1,140 +1,48 @@
-"""The prompt-comparison app as a standalone web page: ``engram-viz app``.
+"""The prompt comparison as a standalone web page: ``engram-viz app``.
 
-``serve(checkpoint=None, port=8866, host='127.0.0.1')`` runs a Voila server that renders one small
-notebook: it builds :class:`engram_viz.apps.widget.PromptComparison` (on ``checkpoint``, else
-``$ENGRAM_VIZ_CHECKPOINT``, else the embedded default weights) and shows its ipywidgets tree. Each
-browser tab gets its own kernel (Voila starts one per page and shuts it down when the tab closes);
-the code cell is not shown and the page has no notebook controls.
+``serve(checkpoint=None, port=8866, host='127.0.0.1')`` runs a small tornado server
+(``apps.app_server``) that shows the gate view (``apps.gate_view``, the same ES module notebooks
+render) of a :class:`~engram_viz.apps.widget.PromptComparison` on ``checkpoint``, else
+``$ENGRAM_VIZ_CHECKPOINT``, else the embedded default weights. Each browser tab gets its own
+comparison; all share one model, loaded once.
 
-**Offline.** Everything the page loads comes from the server itself: Voila's bundle (which carries
-the icon font the widget buttons use), the ipywidgets front end from the installed
-``@jupyter-widgets/jupyterlab-manager`` labextension, and the widget's own views, which are HTML
-widgets with inline CSS (no plotly FigureWidget, no script tags). Voila's stock ``lab`` template
-links two Font Awesome style sheets from a CDN; the page template written here (``engram-viz``,
-based on ``lab``) drops every ``<link>`` to another host, so the page makes no request beyond the
-server that sent it. ``tests/acceptance/test_browser.py`` checks that in Chromium.
+**Feedback while loading.** The server listens first and prints its URL; the model then loads in a
+thread that prints each step (importing, loading the model from ..., running the first prompts,
+ready). Until it is ready the URL serves a placeholder page that says which step it is on and
+reloads itself when the view can show; a model that cannot load is one readable line there.
+
+**Shareable views.** The page keeps the prompts (``a``, ``b``, ...), ``layer``, ``stream``, ``view``
+and ``theme`` in its URL as they change; opening such a URL (with the token) opens that view.
+
+**Offline.** The page loads only from this server: its HTML, ``gate_view.js``/``.css`` and the page's
+host script, shipped in the package; no CDN, no notebook front end.
 
 **Access.** The server binds ``host`` (127.0.0.1 unless told otherwise) and, unless ``token=''``,
-requires a random token that is part of the URL it prints: a Voila page runs a kernel, so other
-users of a shared machine should not reach it; its kernels talk to it over unix sockets in a
-private folder, not TCP ports. ``port=0`` takes any free port. Any other host than a loopback one
-(``0.0.0.0``, ``::``, a LAN address) prints a warning first: the page and its kernels are then
-reachable from other machines (by whoever has the URL with its token).
-
-What the server needs on disk (the notebook, the page template and a kernel spec that runs this
-interpreter) is written to a temporary folder that is removed when the server stops.
+answers only requests carrying a random token that is part of the URL it prints (others get 403):
+the page runs the model on the server, so other users of a shared machine should not reach it.
+``port=0`` takes any free port. Any other host than a loopback one (``0.0.0.0``, ``::``, a LAN
+address) prints a warning first: the app is then reachable from other machines (by whoever has
+the URL with its token).
 """
 
 from __future__ import annotations
 
 import errno
 import ipaddress
-import json
 import os
 import secrets
-import shutil
+import signal
 import sys
-import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from engram_viz.apps.widget import app as make_app
+from engram_viz.apps.app_server import ModelLoader, make_app, say
 from engram_viz.config import load_config
 from engram_viz.errors import InputError
-from engram_viz.run.pipeline import Pipeline
-from engram_viz.viz.comparison_html import message_html
-from engram_viz.weights.resolve import weights_source
 
 DEFAULT_PORT = 8866
 DEFAULT_HOST = "127.0.0.1"
-TEMPLATE = "engram-viz"
-KERNEL = "engram-viz-app"
-NOTEBOOK = "engram-viz prompt comparison.ipynb"
-# the front-end extensions the page loads: the ipywidgets manager and Voila's bridge to it (the one
-# for the installed ipywidgets major version is kept by Voila itself)
-LABEXTENSIONS = (
-    "@jupyter-widgets/jupyterlab-manager",
-    "@voila-dashboards/widgets-manager8",
-    "@voila-dashboards/widgets-manager7",
-)
-
-# The page template: Voila's 'lab' page minus the style sheets it links from a CDN (the same icon
-# font is bundled in voila-style.js, which the page loads from the server).
-_TEMPLATE_CONF = {"base_template": "lab"}
-_TEMPLATE_INDEX = """\
-{%- extends 'voila/templates/lab/index.html.j2' -%}
-{#- engram-viz: the lab page with no <link> to another host (the page must work offline) -#}
-{%- block notebook_css -%}
-{%- for line in super().splitlines() if not ('<link' in line and ('://' in line or '="//' in line)) %}
-{{ line }}
-{%- endfor %}
-{%- endblock notebook_css -%}
-"""
-
-_CELL = """\
-from IPython.display import display
-
-from engram_viz.apps.app import build_widget
-
-display(build_widget(checkpoint={checkpoint!r}))
-"""
-
-
-def build_widget(checkpoint: str | None = None, **kwargs: Any) -> Any:
-    """The app's ipywidgets tree (``PromptComparison(...).widget``), or, when the model cannot be
-    loaded, an HTML widget that says why (a page with a readable message, not a traceback)."""
-    import ipywidgets as W
-
-    try:
-        return make_app(pipeline=Pipeline(checkpoint), **kwargs).widget
-    except Exception as err:  # noqa: BLE001 - shown on the page
-        source = weights_source(checkpoint)
-        return W.HTML(message_html(f"could not load the model from {source}: {err}", title="engram-viz"))
-
-
-def write_app_files(root: str | Path, checkpoint: str | None = None) -> Path:
-    """Write what the server needs under ``root``: ``<root>/app/<NOTEBOOK>`` (returned), the page
-    template ``<root>/jupyter/voila/templates/engram-viz/`` and a kernel spec
-    ``<root>/jupyter/kernels/engram-viz-app/`` that runs this interpreter (``sys.executable``),
-    so the page's kernel imports the same engram_viz whatever other kernels are installed."""
-    root = Path(root)
-    tpl = root / "jupyter" / "voila" / "templates" / TEMPLATE
-    tpl.mkdir(parents=True, exist_ok=True)
-    (tpl / "conf.json").write_text(json.dumps(_TEMPLATE_CONF), encoding="utf-8")
-    (tpl / "index.html.j2").write_text(_TEMPLATE_INDEX, encoding="utf-8")
-    ker = root / "jupyter" / "kernels" / KERNEL
-    ker.mkdir(parents=True, exist_ok=True)
-    spec = {
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "engram-viz app",
-        "language": "python",
-        "metadata": {"debugger": False},
-    }
-    (ker / "kernel.json").write_text(json.dumps(spec, indent=1), encoding="utf-8")
-    nb_dir = root / "app"
-    nb_dir.mkdir(parents=True, exist_ok=True)
-    nb = {
-        "cells": [
-            {
-                "cell_type": "code",
-                "execution_count": None,
-                "id": "engram-viz-app",
-                "metadata": {},
-                "outputs": [],
-                "source": _CELL.format(checkpoint=checkpoint),
-            }
-        ],
-        "metadata": {
-            "kernelspec": {"display_name": "engram-viz app", "language": "python", "name": KERNEL},
-            "language_info": {"name": "python"},
-        },
-        "nbformat": 4,
-        "nbformat_minor": 5,
-    }
-    path = nb_dir / NOTEBOOK
-    path.write_text(json.dumps(nb, indent=1), encoding="utf-8")
-    return path
 
 
 def _check_checkpoint(checkpoint: str | os.PathLike | None) -> str | None:
@@ -198,19 +106,15 @@ def serve(
     host: str = DEFAULT_HOST,
     token: str | None = None,
     on_ready: Callable[[str], None] | None = None,
-    log_level: str = "ERROR",
 ) -> None:
-    """Serve the comparison app until interrupted (Ctrl-C or SIGTERM), then stop every kernel it
-    started and remove its temporary files.
+    """Serve the comparison app until interrupted (Ctrl-C or SIGTERM).
 
     ``port``: TCP port (0: any free one); ``host``: address to bind (default 127.0.0.1);
     ``token``: None makes a random one, '' serves without a token; ``on_ready(url)`` is called once
-    the server listens (default: print the URL). A bad checkpoint or a busy port fails at once,
-    before anything starts."""
+    the server listens (default: print the URL), before the model has loaded. A bad checkpoint or a
+    busy port fails at once, before anything starts."""
     from tornado.httpserver import HTTPServer
     from tornado.ioloop import IOLoop
-    from traitlets.config import Config
-    from voila.app import Voila
 
     ckpt = _check_checkpoint(checkpoint)
     warning = exposure_warning(host)
@@ -219,50 +123,20 @@ def serve(
     sockets = bind(port, host)
     bound = int(sockets[0].getsockname()[1])
     token = secrets.token_hex(16) if token is None else str(token)
-    announce = on_ready or (lambda u: print(f"engram-viz app: serving the prompt comparison at {u}", flush=True))
-
-    class _AppServer(Voila):
-        """Voila serving on the sockets bound above (no silent retries on other ports)."""
-
-        def listen(self) -> None:
-            self.port = bound
-            HTTPServer(self.app).add_sockets(sockets)
-            announce(_url(host, bound, token))
-            self.ioloop = IOLoop.current()
-            try:
-                self.ioloop.start()
-            except KeyboardInterrupt:
-                pass
-            finally:
-                self.stop()
-
-    root = Path(tempfile.mkdtemp(prefix="engram-viz-app-"))
-    old_path = os.environ.get("JUPYTER_PATH")
+    loader = ModelLoader(ckpt, say)
+    server = HTTPServer(make_app(token, loader))
+    server.add_sockets(sockets)
+    url = _url(host, bound, token)
+    (on_ready or (lambda u: say(f"engram-viz app: serving the prompt comparison at {u}")))(url)
+    loop = IOLoop.current()
+    if threading.current_thread() is threading.main_thread():  # SIGTERM stops the server as Ctrl-C does
+        signal.signal(signal.SIGTERM, lambda *_: loop.add_callback_from_signal(loop.stop))
+    loader.start()
     try:
-        notebook = write_app_files(root, ckpt)
-        # the page template and the kernel spec are found through JUPYTER_PATH (first entry wins)
-        os.environ["JUPYTER_PATH"] = os.pathsep.join([str(root / "jupyter")] + ([old_path] if old_path else []))
-        config = Config()
-        config.Voila.ip = host
-        config.Voila.port = bound
-        config.Voila.token = token
-        config.Voila.open_browser = False
-        config.Voila.log_level = log_level
-        config.KernelManager.transport = "ipc"  # kernels talk over unix sockets in Voila's private folder, not TCP
-        config.VoilaConfiguration.template = TEMPLATE
-        config.VoilaConfiguration.theme = "light"
-        config.VoilaConfiguration.file_allowlist = []  # the page serves no files of its folder
-        # the page needs only the ipywidgets front end; other installed labextensions (jupytext,
-        # plotly, ...) may be built for a newer JupyterLab than Voila's and only log errors
-        config.VoilaConfiguration.extension_allowlist = list(LABEXTENSIONS)
-        server = _AppServer(config=config)
-        server.initialize([str(notebook)])
-        server.start()
+        loop.start()
+    except KeyboardInterrupt:
+        pass
     finally:
+        server.stop()
         for sock in sockets:
             sock.close()
-        if old_path is None:
-            os.environ.pop("JUPYTER_PATH", None)
-        else:
-            os.environ["JUPYTER_PATH"] = old_path
-        shutil.rmtree(root, ignore_errors=True)

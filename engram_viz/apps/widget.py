@@ -1,36 +1,36 @@
-"""Prompt comparison: an ipywidgets 8 app that runs two (or more) prompts through one Pipeline and
-shows their gates side by side, with a difference view, updating live.
+"""Prompt comparison: two (or more) prompts run through one Pipeline, their gates side by side with
+a difference view, updating live, in the interactive gate view (``apps.gate_view.GateView``, an
+anywidget component: JupyterLab, Jupyter Notebook, VS Code, Colab, marimo and ``engram-viz app``).
 
-``PromptComparison(prompts=(a, b), pipeline=None)`` builds the app; in a notebook the object shows
-itself (``display(cmp)`` or as a cell's last expression); ``cmp.widget`` is the ipywidgets tree
-(what a standalone page such as Voila serves). Everything the app shows can be set and read from
-Python, without a browser:
+``PromptComparison(prompts=(a, b), pipeline=None)`` builds it; in a notebook the object shows
+itself (``display(cmp)`` or as a cell's last expression; in marimo ``mo.ui.anywidget(cmp.widget)``);
+``cmp.widget`` is the ``GateView``. Everything the view shows can be set and read from Python:
 
 - ``set_prompts(a, b, ...)``, ``.prompts``; ``.layer``, ``.stream`` ('mean' / 'max' / 'min' or a
-  stream index), ``.view`` ('tokens' or 'all gates'), ``.theme`` ('light' / 'dark');
-  ``insert_image(slot, '16x12' | '640x480px')`` appends an ``<image:...>`` placeholder;
+  stream index), ``.view`` ('tokens' or 'all gates'), ``.theme`` ('auto' follows the host page,
+  'light', 'dark'; reads back as the theme in effect); ``insert_image(slot, '16x12' | '640x480px')``
+  appends an ``<image:...>`` placeholder;
 - ``.html`` the whole view as one HTML string (inline CSS only: no scripts, no network), ``.panels``
   its parts by name, ``.messages`` the readable error of each bad prompt (None when fine),
   ``.traces`` the Trace of each good prompt, ``.difference`` the tidy difference table,
   ``.figures`` figures of the current state (built on first access: a ``TokenView``, plotly
-  heatmaps, the difference heatmap), ``.last_update_ms``.
+  heatmaps, the difference heatmap), ``.last_update_ms``; ``export(fmt)`` the view as a file
+  (html, png, pdf, or its settings as json: ``apps.view_export``).
 
-**Views** (``engram_viz.viz.comparison_html``). 'tokens': each prompt as token-coloured text at
-the chosen layer and stream. 'all gates': under every token a small grid of all
-``n_layers x hc_mult`` gates (2 x 4 = 8 on V4.1-Flash). The difference view colours each of
-B's tokens by ``gate_B - gate_A`` per aligned token (the alignment: ``engram_viz.analysis.gates.comparison``).
-Below, ``.explainer`` (``engram_viz.apps.widget_explain``): pick a token of prompt A to see its 24
-rows with their decoded n-grams and shares of the gate, and ablate one to see the difference view.
+**Views.** 'tokens': each prompt as token-coloured text at the chosen layer and stream; 'all gates':
+under every token a grid of all ``n_layers x hc_mult`` gates. The difference view colours each of
+B's tokens by ``gate_B - gate_A`` per aligned token (``engram_viz.analysis.gates.comparison``).
+Clicking a token explains it (``.explainer``, ``apps.widget_explain``): its 24 rows with decoded
+n-grams and shares of the gate, each with a button that ablates it and shows the change.
 
 **Bad prompts** (empty, longer than ``max_chars``, lone surrogates / invalid UTF-8: see
 ``engram_viz.run.prompt_text``; an image grid over the model's limit, more than ``max_tokens``
-tokens) put a readable message in that prompt's panel; the other prompts keep showing and the app
-keeps working.
+tokens) put a readable message in that prompt's panel; the other prompts keep showing.
 
-**Speed.** One Pipeline is reused; each prompt's Trace and tidy frame are cached by text (LRU,
+**Speed.** One Pipeline is reused; each prompt's Trace is cached by text (LRU,
 ``engram_viz.apps.prompt_cache``), so typing in one box reruns only that prompt, and switching
 layer, stream, view or theme reruns nothing. ``benchmarks/widget_update.py`` measures an update.
-ipywidgets is imported when a comparison is built, so ``import engram_viz`` does not need it.
+anywidget is imported with this module, which ``import engram_viz`` does not import.
 """
 
 from __future__ import annotations
@@ -43,8 +43,9 @@ import numpy as np
 import pandas as pd
 
 from engram_viz.analysis.gates.comparison import STREAM_REDUCTIONS, PromptResult, gate_difference
+from engram_viz.apps.gate_view import THEME_CHOICES, GateView
 from engram_viz.apps.prompt_cache import MAX_TOKENS, PromptCache
-from engram_viz.apps.widget_controls import SLOTS, VIEWS, ComparisonControls
+from engram_viz.apps.view_export import answer_export, export_view
 from engram_viz.apps.widget_explain import TokenExplainer
 from engram_viz.errors import InputError
 from engram_viz.run.images import ImagePromptError, parse_placeholder
@@ -53,11 +54,11 @@ from engram_viz.run.prompt_text import MAX_CHARS, PromptInputError, check_prompt
 from engram_viz.run.provenance import provenance_of
 from engram_viz.viz import gate_difference_heatmap, gate_difference_interactive, gate_heatmap_interactive, token_view
 from engram_viz.viz.comparison_html import difference_panel, header_html, prompt_panel
-from engram_viz.viz.html_templates import macros
-from engram_viz.viz.style import THEMES, get_theme
+from engram_viz.viz.style import get_theme
+from engram_viz.viz.view_payload import header_payload, prompt_payload, theme_payload
 
-_M = macros("widget.html.j2")
-CONTROLS_THEME = THEMES["light"]  # the lines among the controls sit on the notebook's page, not in a themed panel
+VIEWS = ("tokens", "all gates")
+SLOTS = "ABCDEFGH"
 DEFAULT_PAIR = (
     "Only Alexander the Great could tame the horse Bucephalus.",
     "Only Alexander the Small could tame the horse Bucephalus.",
@@ -76,7 +77,7 @@ def _check_count(n: int, what: str) -> None:
 
 
 class PromptComparison:
-    """The prompt-comparison app (module docstring). ``pipeline``: a Pipeline to reuse (else one is
+    """The prompt comparison (module docstring). ``pipeline``: a Pipeline to reuse (else one is
     made from ``checkpoint`` / ``$ENGRAM_VIZ_CHECKPOINT`` / the embedded default)."""
 
     def __init__(
@@ -88,10 +89,9 @@ class PromptComparison:
         layer: int | None = None,
         stream: int | str = "mean",
         view: str = "tokens",
-        theme: str = "light",
+        theme: str = "auto",
         max_chars: int = MAX_CHARS,
         max_tokens: int = MAX_TOKENS,
-        continuous_update: bool = True,
         cache_size: int = 64,
         torch_threads: int | str | None = "auto",
     ):
@@ -105,26 +105,33 @@ class PromptComparison:
         self._panels: dict[str, str] = {}
         self._summaries: dict[str, dict] = {}
         self._figures: dict[str, Any] | None = None
+        self._payloads: dict[tuple[str, int], dict] = {}  # (slot, id of its result) -> what the view draws
         self._busy = False
         self._raw: dict[int, tuple[str, Any]] = {}
         self.last_update_ms = 0.0
         self.n_updates = 0
-        self.controls = c = ComparisonControls(self.layer_ids, self.hc, continuous_update=continuous_update)
-        for p in prompts:
-            c.add_box(p, self._on_change)
-        c.layer.value = self.layer_ids[0] if layer is None else self._check_layer(layer)
-        c.stream.value = self._check_stream(stream)
-        c.view.value = self._check_view(view)
-        c.theme.value = get_theme(theme).name
-        for w in (c.layer, c.stream, c.view, c.theme):
-            w.observe(self._on_change, names="value")
-        c.image_button.on_click(lambda _: self.insert_image(c.image_target.value, c.image_spec.value))
-        c.add_button.on_click(lambda _: self.add_prompt(""))
-        c.image_spec.observe(self._on_image_spec, names="value")
-        self._on_image_spec()
+        self.widget = v = GateView(
+            prompts=[str(p) for p in prompts],
+            layer_ids=list(self.layer_ids),
+            hc=self.hc,
+            max_prompts=len(SLOTS),
+            layer=self.layer_ids[0] if layer is None else self._check_layer(layer),
+            stream=str(self._check_stream(stream)),
+            view=self._check_view(view),
+            theme=self._check_theme(theme),
+            themes=theme_payload(),
+        )
         self.explainer = TokenExplainer(self)
-        self.widget = c.W.VBox([c.widget, self.explainer.widget], layout=c.W.Layout(width="100%"))
-        self.update()
+        v.observe(self._on_change, names=["prompts", "layer", "stream", "view", "theme", "host_theme"])
+        v.observe(self.explainer.on_selected, names="selected")
+        v.observe(self.explainer.on_ablate_request, names="ablate_request")
+        v.observe(self._on_export, names="export_request")
+        v.observe(self._on_image_spec, names="image_spec")
+        self._on_image_spec()
+        if any(not isinstance(p, str) for p in prompts):
+            self.set_prompts(*prompts)
+        else:
+            self.update()
 
     @property
     def max_tokens(self) -> int:
@@ -132,7 +139,7 @@ class PromptComparison:
 
     @property
     def torch_threads(self) -> int | None:
-        """Torch intra-op threads of the widget's forward (None: as set)."""
+        """Torch intra-op threads of the view's forward (None: as set)."""
         return self._cache.torch_threads
 
     # -- checks -----------------------------------------------------------------------------------
@@ -147,6 +154,8 @@ class PromptComparison:
         return layer
 
     def _check_stream(self, stream: Any) -> int | str:
+        if isinstance(stream, str) and stream.isdigit():
+            stream = int(stream)
         if isinstance(stream, str) and stream in STREAM_REDUCTIONS:
             return stream
         if isinstance(stream, (int, np.integer)) and not isinstance(stream, bool) and 0 <= int(stream) < self.hc:
@@ -161,49 +170,57 @@ class PromptComparison:
             raise InputError(f"view must be one of {list(VIEWS)}, got {view!r}")
         return view
 
+    @staticmethod
+    def _check_theme(theme: str) -> str:
+        if theme not in THEME_CHOICES:
+            get_theme(theme)  # the one error for an unknown theme
+        return str(theme)
+
+    # -- what the view asks ------------------------------------------------------------------------
+
     def _on_change(self, change: Any = None) -> None:
         if not self._busy:
             self.update()
 
+    def _on_export(self, change: Any) -> None:
+        req = change["new"] or {}
+        if req.get("format"):
+            self.widget.export_file = answer_export(self, req)
+
     def _on_image_spec(self, change: Any = None) -> None:
-        spec = self.controls.image_spec.value.strip()
+        spec = self.widget.image_spec.strip()
         try:
             w, h, px = parse_placeholder(spec.removeprefix("<image:").removesuffix(">"), self.pipeline.config)
         except ImagePromptError as err:
-            self.controls.image_info.value = _M.note(CONTROLS_THEME.warn_text, str(err))
+            self.widget.image_info = str(err)
             return
         src = f"{px[0]}x{px[1]} px -> " if px else ""
-        info = f"{src}{w}x{h} grid: {w * h} image tokens, {h * (w + 1) + 2} positions"
-        self.controls.image_info.value = _M.note(CONTROLS_THEME.muted, info)
+        self.widget.image_info = f"{src}{w}x{h} grid: {w * h} image tokens, {h * (w + 1) + 2} positions"
 
     # -- state, readable and settable from Python -------------------------------------------------
 
     @property
     def slots(self) -> list[str]:
-        return self.controls.slots
+        return list(SLOTS[: len(self.widget.prompts)])
 
     @property
     def prompts(self) -> list[str]:
-        return [b.value for b in self.controls.boxes]
+        return list(self.widget.prompts)
 
     def set_prompts(self, *prompts: Any) -> PromptComparison:
         """Set the prompts (``set_prompts(a, b)`` or ``set_prompts([a, b, c])``) and update once."""
         if len(prompts) == 1 and isinstance(prompts[0], (list, tuple)):
             prompts = tuple(prompts[0])
         _check_count(len(prompts), "set_prompts")
+        self._raw = {}
+        shown = []
+        for k, p in enumerate(prompts):
+            if not isinstance(p, str):  # bytes or another type: checked as given (until edited), shown as its repr
+                self._raw[k] = (repr(p), p)
+            shown.append(p if isinstance(p, str) else repr(p))
         self._busy = True
         try:
-            while len(self.controls.boxes) < len(prompts):
-                self.controls.add_box("", self._on_change)
-            self.controls.keep_boxes(len(prompts))
-            boxes = self.controls.boxes
-            self._raw = {}
-            for k, (box, p) in enumerate(zip(boxes, prompts)):
-                if isinstance(p, str):
-                    box.value = p
-                else:  # bytes or another type: checked as given (until the box is edited), shown as its repr
-                    self._raw[k] = (repr(p), p)
-                    box.value = repr(p)
+            self.widget.prompts = shown
         finally:
             self._busy = False
         self.update()
@@ -211,70 +228,72 @@ class PromptComparison:
 
     def add_prompt(self, text: str = "") -> PromptComparison:
         """Add one more prompt box (compared against A)."""
-        if len(self.controls.boxes) >= len(SLOTS):
+        if len(self.widget.prompts) >= len(SLOTS):
             raise InputError(f"a comparison shows at most {len(SLOTS)} prompts")
-        self._busy = True
-        try:
-            self.controls.add_box(text, self._on_change)
-        finally:
-            self._busy = False
-        self.update()
+        self.widget.prompts = [*self.widget.prompts, str(text)]  # the observer updates
         return self
 
-    def _set(self, w: Any, value: Any) -> None:
-        if w.value != value:
-            w.value = value  # the observer updates
+    def _set(self, name: str, value: Any) -> None:
+        if getattr(self.widget, name) != value:
+            setattr(self.widget, name, value)  # the observer updates
         else:
             self.update()
 
     @property
     def layer(self) -> int:
-        return int(self.controls.layer.value)
+        return int(self.widget.layer)
 
     @layer.setter
     def layer(self, value: int) -> None:
-        self._set(self.controls.layer, self._check_layer(value))
+        self._set("layer", self._check_layer(value))
 
     @property
     def stream(self) -> int | str:
-        return self.controls.stream.value
+        return self._check_stream(self.widget.stream)
 
     @stream.setter
     def stream(self, value: int | str) -> None:
-        self._set(self.controls.stream, self._check_stream(value))
+        self._set("stream", str(self._check_stream(value)))
 
     @property
     def view(self) -> str:
-        return self.controls.view.value
+        return self.widget.view
 
     @view.setter
     def view(self, value: str) -> None:
-        self._set(self.controls.view, self._check_view(value))
+        self._set("view", self._check_view(value))
 
     @property
     def theme(self) -> str:
-        return self.controls.theme.value
+        """The theme in effect: 'light' or 'dark' (the host's when the view's theme is 'auto')."""
+        return self.widget.effective_theme
 
     @theme.setter
     def theme(self, value: str) -> None:
-        self._set(self.controls.theme, get_theme(value).name)
+        self._set("theme", self._check_theme(value))
 
     def insert_image(self, slot: str = "A", spec: str = "16x12") -> str | None:
         """Append an ``<image:spec>`` placeholder (``'WxH'`` grid or ``'WxHpx'`` pixels) to prompt
-        ``slot``; returns the placeholder, or None (and a message in the widget) if ``spec`` is bad."""
+        ``slot``; returns the placeholder, or None (and a message in the view) if ``spec`` is bad."""
         if slot not in self.slots:
             raise InputError(f"slot {slot!r} unknown; expected one of {self.slots}")
         spec = str(spec).strip().removeprefix("<image:").removesuffix(">")
         try:
             parse_placeholder(spec, self.pipeline.config)
         except ImagePromptError as err:
-            self.controls.image_info.value = _M.note(CONTROLS_THEME.warn_text, str(err))
+            self.widget.image_info = str(err)
             return None
         placeholder = f"<image:{spec}>"
-        box = self.controls.boxes[self.slots.index(slot)]
-        sep = "" if not box.value or box.value.endswith((" ", "\n")) else " "
-        box.value = f"{box.value}{sep}{placeholder} "  # the observer updates
+        prompts = list(self.widget.prompts)
+        k = self.slots.index(slot)
+        sep = "" if not prompts[k] or prompts[k].endswith((" ", "\n")) else " "
+        prompts[k] = f"{prompts[k]}{sep}{placeholder} "
+        self.widget.prompts = prompts  # the observer updates
         return placeholder
+
+    def export(self, fmt: str) -> dict:
+        """The view as a file: ``{name, mime, data}`` (data base64) for 'html', 'png', 'pdf' or 'json'."""
+        return export_view(self, fmt)
 
     # -- running ----------------------------------------------------------------------------------
 
@@ -286,9 +305,11 @@ class PromptComparison:
             if isinstance(text, str) and (sendable := without_lone_surrogates(text)) != text:
                 # the box shows U+FFFD (the text can go back to the browser); the check sees the original
                 self._raw[k] = (sendable, text)
+                prompts = list(self.widget.prompts)
+                prompts[k] = sendable
                 self._busy = True
                 try:
-                    self.controls.boxes[k].value = sendable
+                    self.widget.prompts = prompts
                 finally:
                     self._busy = False
         try:
@@ -297,15 +318,16 @@ class PromptComparison:
             return None, str(err)
 
     def update(self) -> None:
-        """Recompute what changed and redraw every panel (called by the widgets on any change)."""
+        """Recompute what changed and redraw every panel (called by the view on any change)."""
         t0 = time.perf_counter()
-        boxes = self.controls.boxes
-        prepared = [self._prepare(k, box.value) for k, box in enumerate(boxes)]
+        self.widget.busy = True
+        texts = list(self.widget.prompts)
+        prepared = [self._prepare(k, text) for k, text in enumerate(texts)]
         self._cache.run([text for text, _ in prepared if text is not None])
         results = []
         for k, (text, msg) in enumerate(prepared):
             if text is None:
-                results.append(PromptResult(text=str(boxes[k].value), error=msg))
+                results.append(PromptResult(text=str(texts[k]), error=msg))
                 continue
             res = self._cache.get(text)
             if res.error is not None and not res.error.startswith(f"prompt {SLOTS[k]}"):
@@ -317,7 +339,8 @@ class PromptComparison:
         self.explainer.refresh()
         self.last_update_ms = (time.perf_counter() - t0) * 1000
         self.n_updates += 1
-        self.controls.status.value = self._status_html()
+        self.widget.status = self._status_text()
+        self.widget.busy = False
 
     # -- drawing ----------------------------------------------------------------------------------
 
@@ -335,15 +358,27 @@ class PromptComparison:
             if summary is not None:
                 self._summaries[key] = summary
         self._panels = panels
-        self.controls.show(panels)
+        self._show(panels)
 
-    def _status_html(self) -> str:
+    def _show(self, panels: dict[str, str]) -> None:
+        """Send the view what it draws: each prompt's payload (rebuilt only for new results), the
+        difference panels and which model made them."""
+        payloads = {}
+        for slot, res in zip(self.slots, self._results):
+            key = (slot, id(res))
+            payloads[key] = self._payloads.get(key) or prompt_payload(res, slot, self.layer_ids)
+        self._payloads = payloads
+        self.widget.header = header_payload(self.pipeline)
+        self.widget.panels = list(payloads.values())
+        self.widget.diffs = {k: v for k, v in panels.items() if k.startswith("diff ")}
+
+    def _status_text(self) -> str:
         bad = [r.error for r in self._results if not r.ok]
         ok = sum(r.ok for r in self._results)
         msg = f"{ok} of {len(self._results)} prompts shown; updated in {self.last_update_ms:.0f} ms"
         if bad:
             msg += f" - {len(bad)} need a fix (see the panels)"
-        return _M.status(CONTROLS_THEME, msg)
+        return msg
 
     # -- read-back ----------------------------------------------------------------------------------
 
@@ -422,6 +457,8 @@ class PromptComparison:
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict:
         bundle = self.widget._repr_mimebundle_(include=include, exclude=exclude)
+        if isinstance(bundle, tuple):  # anywidget answers (data, metadata)
+            bundle = bundle[0]
         bundle = dict(bundle) if bundle else {}
         bundle.setdefault("text/html", self.html)  # a static view where widgets do not render
         bundle["text/plain"] = repr(self)
@@ -429,13 +466,13 @@ class PromptComparison:
 
     def __repr__(self) -> str:
         return (
-            f"PromptComparison({len(self.controls.boxes)} prompts, layer={self.layer}, stream={self.stream!r}, "
+            f"PromptComparison({len(self.widget.prompts)} prompts, layer={self.layer}, stream={self.stream!r}, "
             f"view={self.view!r}, model={self.pipeline.model_label!r})"
         )
 
 
 def app(checkpoint: Any = None, prompts: Sequence[str] | None = None, **kwargs: Any) -> PromptComparison:
-    """The comparison app for a standalone page (Voila): one call, the widget in ``.widget``."""
+    """The comparison for a standalone page: one call, the view in ``.widget``."""
     if prompts is None:
         return PromptComparison(checkpoint=checkpoint, **kwargs)
     return PromptComparison(prompts, checkpoint=checkpoint, **kwargs)

@@ -1,25 +1,25 @@
-"""Explain one token of the comparison's prompt A, and ablate one of its rows: the comparison app's
-lower section (:class:`TokenExplainer`, built by :class:`~engram_viz.apps.widget.PromptComparison`).
+"""Explain one token of a comparison's prompt, and ablate one of its rows: what the gate view
+(``apps.gate_view``) shows when a token is clicked (:class:`TokenExplainer`, built by
+:class:`~engram_viz.apps.widget.PromptComparison`).
 
-- **Pick a token**: a dropdown of prompt A's text tokens (the panels are HTML widgets, which cannot
-  report a click without custom JavaScript, and the page runs no scripts of its own).
-- **Its 24 rows** at the comparison's layer: owner (n-gram order, head), row id, the decoded n-gram,
-  its share of the gate's ``dot`` (the chosen stream; averaged over the streams for a reduction)
-  and the gate with that row left out (``analysis.explain.explanation``: exact, see ``analysis.explain.attribution``).
-  Prompt A is explained once per text (shares of every position); the left-out gates of a
-  position are computed when it is picked.
-- **Ablate a row**: pick one of the 24 and press 'ablate row': prompt A runs again with that row
-  zeroed through the row-edit overlay (``weights.row_edits.edit_tables``: nothing is written, the
-  table reads as stored afterwards, so the comparison's cached results stay true) and the
-  difference view (``viz.comparison_html.difference_html``) colours A's tokens by
-  ``gate(ablated) - gate(A)``. 'restore' clears it; a new text, layer, stream or theme redraws it.
+- **Click a token** (or ``select(position, slot)``): its 24 rows at every Engram layer: owner
+  (n-gram order, head), row id, the decoded n-gram, its share of the gate's ``dot`` per stream and
+  the gate with that row left out (``analysis.explain.explanation``: exact, see
+  ``analysis.explain.attribution``). A prompt is explained once per text (shares of every position).
+- **Ablate a row** (its button, or ``ablate(column)``): the prompt runs again with that row zeroed
+  through the row-edit overlay (``weights.row_edits.edit_tables``: nothing is written, the table
+  reads as stored afterwards, so the comparison's cached results stay true). Beside the button the
+  view shows the token's gate before and after; below, the difference view
+  (``viz.comparison_html.difference_html``) colours the prompt's tokens by ``gate(ablated) - gate``.
+  ``restore()`` clears it; a new layer, stream or theme redraws it without re-running.
 
-Everything can be driven from Python: ``select(position)``, ``rows_frame()``, ``ablate(column)``,
-``restore()``, ``.summary`` (the difference's counts), ``.rows_html`` / ``.diff_html`` values.
+``rows_frame()``, ``.summary`` (the difference's counts), ``.rows_html`` / ``.diff_html`` (static
+HTML, what an HTML export holds) read the state from Python.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -34,10 +34,11 @@ from engram_viz.run.pipeline import Pipeline
 from engram_viz.viz.comparison_html import difference_html, message_html, panel_box
 from engram_viz.viz.html_templates import macros, table_html
 from engram_viz.viz.style import get_theme
+from engram_viz.viz.view_payload import explanation_payload
 from engram_viz.weights.row_edits import ZERO, edit_tables
 
 ROW_VIEW_COLUMNS = ("column", "order", "head", "row", "ngram", "share", "loo_gate", "gate")
-NO_TOKEN = ("pick a token of A", None)
+EXPLAINED_TEXTS = 4  # explanations kept (one per prompt text)
 _M = macros("widget.html.j2")
 
 
@@ -94,127 +95,165 @@ def rows_table_html(rows: pd.DataFrame, token: str, position: int, layer: int, s
 
 
 class TokenExplainer:
-    """The 'explain a token' section of a :class:`~engram_viz.apps.widget.PromptComparison`
-    (module docstring). ``widget`` is its ipywidgets tree; :meth:`refresh` follows the comparison."""
+    """The 'explain a token' part of a :class:`~engram_viz.apps.widget.PromptComparison` (module
+    docstring); :meth:`refresh` follows the comparison, the view's clicks call :meth:`select` and
+    :meth:`ablate`."""
 
     def __init__(self, comparison: Any):
-        import ipywidgets as W
-
         self.cmp = comparison
-        self.position = W.Dropdown(description="explain", options=[NO_TOKEN], layout=W.Layout(width="320px"))
-        self.row = W.Dropdown(description="row", options=[], layout=W.Layout(width="460px"))
-        self.ablate_button = W.Button(description="ablate row", icon="eraser", disabled=True)
-        self.restore_button = W.Button(description="restore", icon="undo", disabled=True)
-        self.rows_html = W.HTML()
-        self.diff_html = W.HTML()
-        controls = W.HBox([self.position, self.row, self.ablate_button, self.restore_button])
-        self.widget = W.VBox([controls, self.rows_html, self.diff_html], layout=W.Layout(width="100%"))
-        for w, name in (
-            (self.widget, "ev-explainer"),
-            (self.position, "ev-explain-token"),
-            (self.row, "ev-explain-row"),
-        ):
-            w.add_class(name)  # for pages and tests to find them
-        self._text: str | None = None
-        self._explanation: Explanation | None = None
-        self.ablated: tuple[int, int] | None = None  # (layer, row) zeroed in the difference view
+        self.slot: str | None = None
+        self.position: int | None = None
+        self._text: str | None = None  # the explained prompt's text
+        self._explained: OrderedDict[str, Explanation] = OrderedDict()
+        self.ablated: tuple[int, int, int] | None = None  # (layer, column, row) zeroed
+        self.edited: PromptResult | None = None  # the prompt run with the ablation
         self.summary: dict | None = None
-        self.edited: PromptResult | None = None  # prompt A run with the ablation
-        self.position.observe(lambda _: self._show(), names="value")
-        self.ablate_button.on_click(lambda _: self.ablate())
-        self.restore_button.on_click(lambda _: self.restore())
+        self.rows_html = ""
+        self.diff_html = ""
+        self._nonce: Any = None
 
-    @property
-    def _a(self) -> PromptResult:
-        return self.cmp.results["A"]
+    # -- what the view asks (its traits 'selected' and 'ablate_request') --------------------------
+
+    def on_selected(self, change: Any) -> None:
+        want = change["new"] or {}
+        if (want.get("slot"), want.get("position")) != (self.slot, self.position):
+            self._answer(lambda: self.select(want.get("position"), want.get("slot", "A")))
+
+    def on_ablate_request(self, change: Any) -> None:
+        req = change["new"] or {}
+        if req.get("restore"):
+            self._answer(self.restore)
+        elif req:
+            if (req.get("slot"), req.get("position")) != (self.slot, self.position):
+                self._answer(lambda: self.select(req.get("position"), req.get("slot", "A")))
+            self._answer(lambda: self.ablate(req.get("column"), nonce=req.get("nonce")))
+
+    def _answer(self, call: Any) -> None:
+        """Run what the browser asked; a user error goes to the status line, not to a traceback."""
+        view = self.cmp.widget
+        view.busy = True
+        try:
+            call()
+        except InputError as err:
+            view.status = str(err)
+        finally:
+            view.busy = False
+
+    def _result(self) -> PromptResult | None:
+        return self.cmp.results.get(self.slot) if self.slot is not None else None
 
     def refresh(self) -> None:
-        """Follow the comparison: new options when prompt A's text changed, else redraw."""
-        a = self._a
-        text = a.text if a.ok else None
-        if text != self._text:
-            self._text, self._explanation, self.ablated, self.summary = text, None, None, None
-            options = [NO_TOKEN]
-            if a.ok:
-                options += [(f"{i}: {p!r}", i) for i, p in enumerate(a.pieces) if not a.is_image[i]]
-            self.position.options = options  # resets the value to None, which redraws
-            self.position.value = None
-        self._show()
+        """Follow the comparison: a selection whose prompt changed or no longer runs is cleared;
+        otherwise the rows and the difference are redrawn for the current layer, stream and theme."""
+        res = self._result()
+        if self.slot is not None and (res is None or not res.ok or res.text != self._text):
+            self._clear()
+        self._draw()
 
-    def select(self, position: int | None) -> None:
-        """Explain token ``position`` of prompt A (None: nothing)."""
-        valid = [v for _, v in self.position.options]
-        if position not in valid:
-            raise InputError(f"position {position!r} is not a text token of prompt A; expected one of {valid[1:]}")
-        self.position.value = position
+    def _clear(self) -> None:
+        self.slot = self.position = self._text = None
+        self.ablated = self.edited = self.summary = None
+        view = self.cmp.widget
+        view.selected, view.explanation, view.ablation = {}, {}, {}
+
+    def select(self, position: int | None, slot: str = "A") -> None:
+        """Explain token ``position`` of prompt ``slot`` (None: clear the selection)."""
+        if position is None:
+            self._clear()
+            self._draw()
+            return
+        res = self.cmp.results.get(slot)
+        if res is None or not res.ok:
+            raise InputError(f"prompt {slot!r} does not run (see .messages); pick a token of a prompt that runs")
+        valid = [i for i in range(len(res.pieces)) if not res.is_image[i]]
+        if isinstance(position, bool) or not isinstance(position, (int, np.integer)) or int(position) not in valid:
+            raise InputError(
+                f"position {position!r} is not a text token of prompt {slot}; expected one of 0..{len(res.pieces) - 1}"
+                " outside image spans"
+            )
+        self.slot, self.position, self._text = slot, int(position), res.text
+        self.ablated = self.edited = self.summary = None
+        view = self.cmp.widget
+        view.selected = {"slot": slot, "position": self.position}
+        view.explanation = explanation_payload(self.explanation(), slot, self.position)
+        view.ablation = {}
+        self._draw()
 
     def explanation(self) -> Explanation:
-        """Prompt A explained (shares of every position; cached per text)."""
-        if self._explanation is None:
-            self._explanation = explain(self.cmp.pipeline, {"id": "A", "text": self._text})
-        return self._explanation
+        """The selected prompt explained (shares of every position; kept per text)."""
+        if self._text is None:
+            raise InputError("no token picked; call select(position) first")
+        if self._text not in self._explained:
+            self._explained[self._text] = explain(self.cmp.pipeline, {"id": self.slot, "text": self._text})
+            while len(self._explained) > EXPLAINED_TEXTS:
+                self._explained.popitem(last=False)
+        self._explained.move_to_end(self._text)
+        return self._explained[self._text]
 
     def rows_frame(self) -> pd.DataFrame:
-        """The picked token's 24 rows at the comparison's layer (:func:`row_view`)."""
-        if self.position.value is None:
+        """The picked token's 24 rows at the comparison's layer and stream (:func:`row_view`)."""
+        if self.position is None:
             raise InputError("no token picked; call select(position) first")
-        return row_view(self.explanation(), int(self.position.value), self.cmp.layer, self.cmp.stream)
+        return row_view(self.explanation(), self.position, self.cmp.layer, self.cmp.stream)
 
-    def ablate(self, column: int | None = None) -> dict:
-        """Zero the row of ``column`` (0..23; default: the row dropdown's) of the picked token at the
-        comparison's layer, re-run prompt A and show the difference; returns its summary."""
+    def ablate(self, column: int | None = None, nonce: Any = None) -> dict:
+        """Zero the row of ``column`` (0..23; default: the row with the largest share) of the picked
+        token at the comparison's layer, re-run its prompt and show the difference; returns its summary."""
         rows = self.rows_frame()
-        column = self.row.value if column is None else int(column)
-        hit = rows[rows["column"] == column]
-        if column is None or hit.empty:
+        if column is None:
+            column = int(rows["column"].iloc[int(rows["share"].abs().to_numpy().argmax())])
+        hit = rows[rows["column"] == column] if isinstance(column, (int, np.integer)) else rows.iloc[:0]
+        if hit.empty:
             raise InputError(f"column {column!r} unknown; expected one of 0..{len(rows) - 1}")
-        self.ablated = (self.cmp.layer, int(hit["row"].iloc[0]))
-        self._draw_difference()
+        layer, row = self.cmp.layer, int(hit["row"].iloc[0])
+        self.ablated, self._nonce = (layer, int(column), row), nonce
+        self.edited = run_ablated(self.cmp.pipeline, self._text, layer, row)
+        self._draw()
         return dict(self.summary or {})
 
     def restore(self) -> None:
         """Clear the ablation and its difference view."""
-        self.ablated, self.summary = None, None
-        self._draw_difference()
+        self.ablated = self.edited = self.summary = None
+        self.cmp.widget.ablation = {}
+        self._draw()
 
-    def _show(self) -> None:
+    def _draw(self) -> None:
         theme = get_theme(self.cmp.theme)
-        self.ablate_button.disabled = self.position.value is None
-        if self._text is None:
-            self.rows_html.value = message_html("fix prompt A to explain its tokens", theme, "explain a token")
-            self.row.options = []
-        elif self.position.value is None:
-            self.rows_html.value = message_html(
-                "pick a token of prompt A above to see its 24 rows", theme, "explain a token"
-            )
-            self.row.options = []
+        if self.position is None:
+            self.rows_html = message_html("click a token of a prompt to see its 24 rows", theme, "explain a token")
         else:
             rows = self.rows_frame()
-            p = int(self.position.value)
-            self.rows_html.value = rows_table_html(rows, self._a.pieces[p], p, self.cmp.layer, self.cmp.stream, theme)
-            keep = self.row.value
-            self.row.options = [
-                (f"{r.column}: {r.order}-gram h{r.head} row {r.row} {r.ngram!r} {100 * r.share:+.0f}%", int(r.column))
-                for r in rows.itertuples()
-            ]
-            self.row.value = keep if keep in [v for _, v in self.row.options] else int(rows["column"].iloc[0])
-        self._draw_difference()
+            piece = self._result().pieces[self.position]
+            self.rows_html = rows_table_html(rows, piece, self.position, self.cmp.layer, self.cmp.stream, theme)
+        self._draw_difference(theme)
 
-    def _draw_difference(self) -> None:
-        self.restore_button.disabled = self.ablated is None
-        if self.ablated is None or self._text is None:
-            self.diff_html.value, self.summary = "", None
+    def _draw_difference(self, theme: Any) -> None:
+        res = self._result()
+        if self.ablated is None or self.edited is None or res is None:
+            self.diff_html, self.summary = "", None
             return
-        layer, row = self.ablated
-        self.edited = edited = run_ablated(self.cmp.pipeline, self._text, layer, row)
-        label = f"A, layer {layer} row {row} zeroed"
-        self.diff_html.value, self.summary = difference_html(
-            self._a,
-            edited,
+        layer, column, row = self.ablated
+        self.diff_html, self.summary = difference_html(
+            res,
+            self.edited,
             self.cmp.layer_ids,
             layer=self.cmp.layer,
             stream=self.cmp.stream,
             all_gates=self.cmp.view == "all gates",
-            theme=self.cmp.theme,
-            labels=("A", label),
+            theme=theme,
+            labels=(self.slot, f"{self.slot}, layer {layer} row {row} zeroed"),
         )
+        li = self.cmp.layer_ids.index(layer)
+        self.cmp.widget.ablation = {
+            "slot": self.slot,
+            "position": self.position,
+            "layer": layer,
+            "column": column,
+            "row": row,
+            "before": np.round(res.gates[self.position, li].astype(float), 4).tolist(),
+            "after": np.round(self.edited.gates[self.position, li].astype(float), 4).tolist(),
+            "changed": int(self.summary["changed"]),
+            "max_abs_diff": round(float(self.summary["max_abs_diff"]), 4),
+            "html": self.diff_html,
+            "nonce": self._nonce,
+        }

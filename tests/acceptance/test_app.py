@@ -1,27 +1,21 @@
-"""``engram-viz app`` without a browser: its files, its page template, its errors, and the widget
-behaviour the page relies on. The page itself is tested in Chromium by ``tests/acceptance/test_browser.py``."""
+"""``engram-viz app`` without a browser: its options, its errors, its server's pages (the
+placeholder, the token, the status), the URL settings, and the comparison behaviour the page relies
+on. The page itself is tested in Chromium by ``tests/acceptance/test_browser.py``."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
-import sys
+import threading
+import urllib.error
+import urllib.request
 
-import jinja2
-import nbformat
 import pytest
+from tornado.httpserver import HTTPServer
 
-from engram_viz.apps.app import (
-    KERNEL,
-    LABEXTENSIONS,
-    TEMPLATE,
-    _url,
-    bind,
-    build_widget,
-    exposure_warning,
-    serve,
-    write_app_files,
-)
+from engram_viz.apps.app import _url, bind, exposure_warning, serve
+from engram_viz.apps.app_server import ModelLoader, comparison_options, make_app
 from engram_viz.cli import build_parser, main
 
 
@@ -100,67 +94,75 @@ def test_url_carries_the_token():
     assert _url("::1", 8866, "") == "http://[::1]:8866/"
 
 
-def test_app_files_notebook_kernel_and_template(tmp_path):
-    nb_path = write_app_files(tmp_path, "/some/checkpoint")
-    nb = nbformat.read(nb_path, as_version=4)
-    nbformat.validate(nb)
-    assert nb.metadata.kernelspec.name == KERNEL
-    (cell,) = nb.cells
-    assert "build_widget(checkpoint='/some/checkpoint')" in cell.source
-    assert "build_widget(checkpoint=None)" in nbformat.read(write_app_files(tmp_path / "x"), 4).cells[0].source
-    spec = json.loads((tmp_path / "jupyter" / "kernels" / KERNEL / "kernel.json").read_text())
-    assert spec["argv"][0] == sys.executable  # the page's kernel imports this engram_viz
-    conf = json.loads((tmp_path / "jupyter" / "voila" / "templates" / TEMPLATE / "conf.json").read_text())
-    assert conf == {"base_template": "lab"}
-    assert "@jupyter-widgets/jupyterlab-manager" in LABEXTENSIONS
+@pytest.fixture()
+def server_of():
+    """Serve ``make_app(token, loader)`` on a free loopback port in a thread; yields a function that
+    starts one and returns its base URL."""
+    loops = []
+
+    def start(token: str, loader: ModelLoader) -> str:
+        sockets = bind(0, "127.0.0.1")
+        loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            HTTPServer(make_app(token, loader)).add_sockets(sockets)
+            loop.call_soon(ready.set)
+            loop.run_forever()
+
+        threading.Thread(target=run, daemon=True).start()
+        ready.wait(30)
+        loops.append(loop)
+        return f"http://127.0.0.1:{sockets[0].getsockname()[1]}/"
+
+    yield start
+    for loop in loops:
+        loop.call_soon_threadsafe(loop.stop)
 
 
-def test_template_drops_links_to_other_hosts(tmp_path):
-    """The page template keeps the parent's style block but no <link> to another host."""
-    write_app_files(tmp_path)
-    tpl_dir = tmp_path / "jupyter" / "voila" / "templates" / TEMPLATE
-    parent = (
-        "<head>{% block notebook_css %}"
-        '<script src="voila-style.js"></script>\n'
-        '  <link rel="stylesheet" href="https://cdn.example.org/all.min.css" type="text/css" />\n'
-        '  <link rel="stylesheet" href="//cdn.example.org/v4-shims.min.css" type="text/css" />\n'
-        '<link rel="stylesheet" href="static/local.css" />\n'
-        "<style>.x{}</style>{% endblock notebook_css %}</head>"
-    )
-    env = jinja2.Environment(
-        loader=jinja2.ChoiceLoader(
-            [
-                jinja2.FileSystemLoader(str(tpl_dir)),
-                jinja2.DictLoader({"voila/templates/lab/index.html.j2": parent}),
-            ]
-        )
-    )
-    out = env.get_template("index.html.j2").render()
-    assert "cdn.example.org" not in out
-    for kept in ("voila-style.js", "static/local.css", "<style>.x{}</style>"):
-        assert kept in out
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as r:
+            return r.status, r.read().decode("utf-8")
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode("utf-8")
 
 
-def test_build_widget_says_why_a_model_does_not_load(tmp_path):
-    import ipywidgets as W
+def test_the_placeholder_says_the_step_and_the_token_is_needed(server_of):
+    lines: list[str] = []
+    loader = ModelLoader(None, lines.append)  # not started: the model is still 'loading'
+    url = server_of("tok", loader)
+    code, page = _get(url + "?token=tok")
+    assert code == 200 and "the prompt comparison is loading" in page and 'id="ev-step">starting<' in page
+    code, status = _get(url + "status?token=tok")
+    assert code == 200 and json.loads(status)["ready"] is False
+    for path in ("", "status", "static/gate_view.js", "static/app_host.js"):
+        assert _get(url + path)[0] == 403 and _get(url + path + "?token=tik")[0] == 403
+    code, js = _get(url + "static/gate_view.js?token=tok")
+    assert code == 200 and "export default" in js
+    assert _get(url + "static/other.js?token=tok")[0] == 404
 
-    w = build_widget(checkpoint=str(tmp_path / "gone"))
-    assert isinstance(w, W.HTML)
-    assert "could not load the model" in w.value and "gone" in w.value
+
+def test_a_model_that_does_not_load_is_one_line_on_the_page(server_of, tmp_path):
+    lines: list[str] = []
+    loader = ModelLoader(str(tmp_path / "gone"), lines.append)
+    loader.run()  # here, not in a thread: the steps in order, then why it failed
+    assert not loader.ready and loader.error.startswith("could not load the model")
+    assert lines[0].startswith("engram-viz app: importing") and "loading the model from" in lines[1]
+    assert lines[-1] == f"engram-viz app: {loader.error}"
+    _, page = _get(server_of("", loader))
+    assert "could not load the model" in page and "gone" in page and "Traceback" not in page
+
+
+def test_url_settings_become_the_comparisons_options():
+    q = {k: [v.encode()] for k, v in {"a": "one", "b": "two", "layer": "3", "stream": "0", "view": "all gates"}.items()}
+    assert comparison_options(q) == {"prompts": ["one", "two"], "layer": 3, "stream": "0", "view": "all gates"}
+    assert comparison_options({"a": [b"only one"], "theme": [b"dark"]}) == {"theme": "dark"}
+    assert comparison_options({}) == {}
 
 
 # ------------------------------------------------------------- widget behaviour the page relies on
-
-
-def test_image_target_dropdown_always_has_a_slot():
-    from engram_viz.apps.widget import PromptComparison
-
-    cmp = PromptComparison()
-    assert cmp.controls.image_target.value == "A"  # the page's 'insert image' button uses it as is
-    cmp.add_prompt("third")
-    cmp.controls.image_target.value = "C"
-    cmp.set_prompts("one", "two")
-    assert cmp.controls.image_target.value == "A"
 
 
 def test_a_lone_surrogate_from_the_browser_shows_a_message_and_can_go_back():
@@ -169,12 +171,12 @@ def test_a_lone_surrogate_from_the_browser_shows_a_message_and_can_go_back():
     from engram_viz.apps.widget import PromptComparison
 
     cmp = PromptComparison()
-    box = cmp.controls.boxes[0]
-    assert box.trait_metadata("value", "echo_update") is False
-    box.value = "broken paste \ud800 here"  # as a comm update from the front end sets it
+    view = cmp.widget
+    assert view.trait_metadata("prompts", "echo_update") is False
+    view.prompts = ["broken paste \ud800 here", cmp.prompts[1]]  # as an update from the front end sets it
     assert "U+D800" in cmp.messages["A"] and "not valid UTF-8" in cmp.messages["A"]
-    assert box.value == "broken paste \ufffd here"
-    json.dumps(box.get_state(), ensure_ascii=False).encode("utf-8")  # sendable again
+    assert view.prompts[0] == "broken paste \ufffd here"
+    json.dumps(view.get_state(), ensure_ascii=False).encode("utf-8")  # sendable again
     assert cmp.messages["B"] is None
-    box.value = "fine again"
+    view.prompts = ["fine again", cmp.prompts[1]]
     assert cmp.messages == {"A": None, "B": None}

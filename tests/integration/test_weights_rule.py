@@ -5,7 +5,6 @@ embedded default's) and checks that what ran is that folder, and that an explici
 
 from __future__ import annotations
 
-import html
 import json
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import pytest
 
 from engram_viz import settings
 from engram_viz.apps import notebook as nb
+from engram_viz.apps.app_server import ModelLoader
 from engram_viz.apps.corpus_job import run_corpus
 from engram_viz.apps.widget import PromptComparison
 from engram_viz.cli import main
@@ -101,21 +101,20 @@ def test_corpus_and_the_config_commands(env, tmp_path, tokenizer, capsys):
     assert json.loads(capsys.readouterr().out)["config"] == default
 
 
-def _html_values(widget) -> str:
-    """Every HTML value in an ipywidgets tree, joined."""
-    own = str(getattr(widget, "value", "")) if hasattr(widget, "value") else ""
-    return own + "".join(_html_values(w) for w in getattr(widget, "children", ()))
+def _loaded(checkpoint=None):
+    """The app's model loader, run here (not in a thread): ready, or why not."""
+    loader = ModelLoader(checkpoint, lambda line: None)
+    loader.run()
+    return loader
 
 
 def test_app(env, monkeypatch, tmp_path):
-    pytest.importorskip("ipywidgets")
-    from engram_viz.apps.app import build_widget
-
-    assert str(env) in _html_values(build_widget())  # the header names the weights
+    loader = _loaded()
+    assert loader.ready and ran_on(loader.pipeline.model_label, env)  # the view's header names these weights
     monkeypatch.setenv(settings.CHECKPOINT, str(tmp_path / "gone"))
-    message = build_widget().value
+    message = _loaded().error
     assert "could not load the model from $ENGRAM_VIZ_CHECKPOINT=" in message and "gone" in message
-    assert html.escape(default_checkpoint().label) in _html_values(build_widget(checkpoint=str(DEFAULT_DIR)))
+    assert _loaded(str(DEFAULT_DIR)).pipeline.model_label == default_checkpoint().label
 
 
 def test_widget(env):
