@@ -17,6 +17,7 @@ from engram_viz.analysis.corpus.documents import DocumentSpec
 from engram_viz.analysis.corpus.spill import parse_memory_limit
 from engram_viz.analysis.explain.explanation import explain
 from engram_viz.apps.app import serve
+from engram_viz.apps.cache_sim_job import SimOptions, run_cache_sim
 from engram_viz.apps.corpus_job import run_corpus
 from engram_viz.apps.report_job import summary_text, write_report
 from engram_viz.config import EngramConfig, load_config
@@ -355,6 +356,66 @@ def _add_corpus_command(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_corpus)
 
 
+def cmd_cache_sim(args: argparse.Namespace) -> None:
+    opts = SimOptions(
+        args.policy,
+        args.sizes,
+        args.chunk,
+        not args.no_orders,
+        io_tokens=args.io_tokens,
+        decode_tokens_per_s=args.decode_rate,
+        prefill_tokens_per_s=args.prefill_rate,
+    )
+    result = run_cache_sim(
+        args.files or None,
+        args.out,
+        config=_config(args),
+        options=opts,
+        max_tokens=args.max_tokens,
+        workers=args.workers,
+        scheduler=args.scheduler,
+        progress=not args.no_progress,
+        keep_trace=args.keep_trace,
+    )
+    s = result.summary
+    print(
+        f"config {s['config']}: {s['tokens']:,} tokens traced in {s['trace_s']:.1f} s; {s['simulated_accesses']:,} "
+        f"row accesses simulated in {s['simulate_s']:.1f} s (peak {s['peak_rss_mb']:,.0f} MiB)"
+    )
+    print(f"wrote {len(s['tables'])} tables (parquet + csv), hit_rate_vs_size and summary.json to {result.out_dir}")
+
+
+def _add_cache_sim_command(sub: argparse._SubParsersAction) -> None:
+    """cache-sim: hit rate against cache size for every policy (libCacheSim), and the disk the misses need."""
+    p = sub.add_parser("cache-sim", help="row-cache hit rate against size per policy (libCacheSim) -> tidy tables")
+    p.add_argument("files", nargs="*", metavar="FILE", help="text or JSONL files; none: the default Debian corpus")
+    p.add_argument("--out", required=True, help="output folder for the tables, the figure and summary.json")
+    _config_arg(p)
+    p.add_argument(
+        "--policy", default=None, help="comma-separated: LRU,LFU,ARC,S3-FIFO,SIEVE,W-TinyLFU,Belady (default: all)"
+    )
+    p.add_argument(
+        "--sizes",
+        default=None,
+        help="comma-separated cache sizes a table: rows (16384), bytes (4MiB, 25GB), 10%%, table",
+    )
+    p.add_argument(
+        "--chunk", type=POSITIVE, default=4096, help="prefill step in tokens, rows deduplicated (default 4096)"
+    )
+    p.add_argument("--no-orders", action="store_true", help="no cache per n-gram order, the shared cache only")
+    p.add_argument("--max-tokens", type=POSITIVE, default=None, help="stop after N tokens")
+    p.add_argument(
+        "--io-tokens", type=POSITIVE, default=5_000, help="page I/O window: the last N tokens (default 5000)"
+    )
+    p.add_argument("--decode-rate", type=POSITIVE, default=1_000, help="target decode tokens/s for IOPS (default 1000)")
+    p.add_argument("--prefill-rate", type=POSITIVE, default=20_000, help="target prefill tokens/s (default 20000)")
+    p.add_argument("--workers", type=WORKERS, default=None, help="trace and simulate on a local Dask cluster")
+    p.add_argument("--scheduler", default=None, help="trace and simulate on the Dask cluster at ADDRESS")
+    p.add_argument("--keep-trace", action="store_true", help="keep the row-access trace files in OUT/trace")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_cache_sim)
+
+
 def _add_job_commands(sub: argparse._SubParsersAction) -> None:
     """report, train-tiny, app: the jobs that run a model."""
     p = sub.add_parser("report", help="the main job: run a prompt set -> tidy tables, figures, one offline HTML report")
@@ -394,6 +455,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_foundation_commands(sub)
     _add_corpus_command(sub)
+    _add_cache_sim_command(sub)
     _add_job_commands(sub)
     _add_explain_command(sub)
     return parser

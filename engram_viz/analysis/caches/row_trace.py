@@ -19,6 +19,7 @@ caches the hot bigram rows would).
 **Format.** One file per (layer, scope, mode) in the trace folder, ``L{layer}-{scope}-{mode}.u32``:
 the row ids as little-endian uint32 (4 B an access; a V4.1-Flash table has 384 M rows < 2**32),
 appended as batches come, so a trace of any length streams to disk in the memory of one batch;
+``L{layer}-{scope}-chunk<C>.steps`` holds each prefill step's count of distinct rows (uint32), and
 ``trace.json`` says what the folder holds. libCacheSim reads these files directly
 (``simulate``).
 """
@@ -87,6 +88,13 @@ class RowTrace:
             )
         return self.folder / f"L{layer}-{scope}-{mode}.u32"
 
+    def steps_path(self, layer: int, scope: str = "all") -> Path:
+        """The chunk trace's cuts: distinct rows of each prefill step, uint32 ``[steps]``."""
+        return self.path(layer, scope, f"chunk{self.chunk}").with_suffix(".steps")
+
+    def step_sizes(self, layer: int, scope: str = "all") -> np.ndarray:
+        return np.fromfile(self.steps_path(layer, scope), dtype=ROW_DTYPE).astype(np.int64)
+
     def accesses(self, layer: int, scope: str = "all", mode: str = "token") -> int:
         return self.path(layer, scope, mode).stat().st_size // ROW_DTYPE.itemsize
 
@@ -138,12 +146,16 @@ class TraceWriter:
         self.tokens = 0
         self.pending = np.zeros((0, self.config.n_engram_layers, self.config.n_hash_cols), dtype=np.int64)
         self.trace = RowTrace(self.folder, self.config, 0, chunk, self.scopes)
-        self._handles = {
-            (layer, scope, mode): open(self.trace.path(layer, scope, mode), "wb")  # noqa: SIM115 - closed in close()
+        self._handles = {  # closed in close()
+            (layer, scope, mode): open(self.trace.path(layer, scope, mode), "wb")  # noqa: SIM115
             for layer in self.trace.layer_ids
             for scope in self.scopes
             for mode in self.trace.modes
         }
+        if chunk is not None:  # how many accesses each prefill step made (the chunk trace's cuts)
+            for layer in self.trace.layer_ids:
+                for scope in self.scopes:
+                    self._handles[(layer, scope, "steps")] = open(self.trace.steps_path(layer, scope), "wb")  # noqa: SIM115
 
     def add(self, rows: np.ndarray) -> None:
         """The row ids of the next ``N`` tokens of the stream, int ``[N, n_layers, n_hash_cols]``."""
@@ -172,7 +184,9 @@ class TraceWriter:
         for li, layer in enumerate(self.trace.layer_ids):
             for scope in self.scopes:
                 cols = rows[:, li, scope_columns(self.config, scope)]
-                self._handles[(layer, scope, mode)].write(first_accesses(cols, step).astype(ROW_DTYPE).tobytes())
+                distinct, per_step = first_accesses(cols, step)
+                self._handles[(layer, scope, mode)].write(distinct.astype(ROW_DTYPE).tobytes())
+                self._handles[(layer, scope, "steps")].write(per_step.astype(ROW_DTYPE).tobytes())
 
     def close(self, source: str = "", files: list[dict] | None = None) -> RowTrace:
         """Flush the last (short) prefill step, close the files, write ``trace.json``."""
@@ -195,10 +209,12 @@ class TraceWriter:
         return t
 
 
-def first_accesses(rows: np.ndarray, step: np.ndarray) -> np.ndarray:
+def first_accesses(rows: np.ndarray, step: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Distinct rows of each step in order of first access: rows ``[N, cols]`` (token order, then
-    column order), step int ``[N]`` non-decreasing -> int64 ``[U]``, steps in order."""
+    column order), step int ``[N]`` non-decreasing from 0 -> ``(rows int64 [U], distinct rows per
+    step int64 [steps])``, steps in order."""
+    steps = np.repeat(step.astype(np.int64), rows.shape[1])
     flat = rows.reshape(-1).astype(np.int64)
-    keys = np.repeat(step.astype(np.int64), rows.shape[1]) << 32 | flat  # (step, row): rows < 2**32
-    _, first = np.unique(keys, return_index=True)
-    return flat[np.sort(first)]  # flat position order = step order, then first access within it
+    _, first = np.unique(steps << 32 | flat, return_index=True)  # (step, row) keys: rows < 2**32
+    first.sort()  # flat position order = step order, then first access within the step
+    return flat[first], np.bincount(steps[first], minlength=int(step[-1]) + 1)
