@@ -103,7 +103,7 @@ def trace_corpus(
     tok = tokenizer if tokenizer is not None else get_tokenizer(cfg)
     paths = checked_files(files, max_tokens)
     writer = TraceWriter(cfg, trace_folder(folder), chunk, orders)
-    bar = progress_bar(total=max_tokens, unit="tok", unit_scale=True, disable=not progress, desc="trace")
+    bar = progress_bar(total=max_tokens, unit="tok", unit_scale=True, disable=not progress, desc="trace", delay=1.0)
     records = []
     try:
         tracer = _Tracer(cfg, tok, writer, max_tokens, bar)

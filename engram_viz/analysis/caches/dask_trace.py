@@ -71,7 +71,7 @@ def trace_corpus_dask(
     writer = TraceWriter(cfg, folder, chunk, orders)
     tok_f = client.scatter(tok, broadcast=True, hash=False)
     pending: deque = deque()
-    bar = progress_bar(unit="tok", unit_scale=True, disable=not progress, desc="trace")
+    bar = progress_bar(unit="tok", unit_scale=True, disable=not progress, desc="trace", delay=1.0)
 
     def settle() -> None:
         fi, fut = pending.popleft()
