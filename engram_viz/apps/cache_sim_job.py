@@ -25,8 +25,15 @@ import pandas as pd
 
 from engram_viz import settings
 from engram_viz._files import atomic_folder, atomic_write_text, write_table
-from engram_viz.analysis.caches.cache_sizes import SHIPPED_SIZES, default_sizes, parse_size, parse_sizes, row_bytes
-from engram_viz.analysis.caches.corpus_trace import trace_corpus
+from engram_viz.analysis.caches.cache_sizes import (
+    SHIPPED_SIZES,
+    default_sizes,
+    parse_size,
+    parse_sizes,
+    row_bytes,
+    working_set_sizes,
+)
+from engram_viz.analysis.caches.corpus_trace import trace_corpus, trace_rows_frame
 from engram_viz.analysis.caches.dask_trace import trace_corpus_dask
 from engram_viz.analysis.caches.page_io import disk_table, page_io
 from engram_viz.analysis.caches.policies import parse_policies
@@ -190,3 +197,17 @@ def _summary(trace: RowTrace, tables: dict, sizes: list[int], opts: SimOptions, 
         "peak_rss_mb": round(peak_rss_mb(), 1),
         "tables": sorted(tables),
     }
+
+
+def rows_frame_hit_rates(
+    rows: pd.DataFrame, config: EngramConfig, policies: str | list[str] | None = None
+) -> pd.DataFrame:
+    """The ``hit_rates`` table of a Trace's rows frame (a prompt set, per token, one cache per
+    layer), at :func:`working_set_sizes` of its distinct rows; the trace is removed after."""
+    trace = trace_rows_frame(rows, config, orders=False, source="the prompt set")
+    try:
+        sizes = working_set_sizes(max(trace.distinct_rows(layer) for layer in trace.layer_ids))
+        hit_rates, _ = simulate_trace(trace, policies, sizes, row_bytes(trace.config), windows=1)
+    finally:
+        trace.cleanup()
+    return hit_rates

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
-from engram_viz.analysis.caches.corpus_trace import trace_corpus, trace_rows_frame, trace_texts
+from engram_viz.analysis.caches.corpus_trace import trace_corpus, trace_rows_frame, trace_texts, trace_token_ids
 from engram_viz.analysis.caches.row_trace import TraceWriter
 from engram_viz.analysis.corpus.documents import DocumentSpec
 from engram_viz.config import load_config
@@ -127,3 +127,13 @@ def test_bad_traces_are_refused(v41, tmp_path):
         TraceWriter(cfg, tmp_path / "w", chunk=0)
     with pytest.raises(CacheSimError, match="shape"):
         TraceWriter(cfg, tmp_path / "w").add(np.zeros((3, 2, 23), dtype=np.int64))
+
+
+def test_token_id_sequences_trace_like_the_hasher(v41, tmp_path):
+    cfg, tok = v41
+    rng = np.random.default_rng(0)
+    seqs = [rng.integers(0, cfg.vocab_size, n).tolist() for n in (7, 1, 12)]
+    trace = trace_token_ids(seqs, cfg, tok, chunk=3, folder=tmp_path / "r")
+    ref = np.concatenate([hash_prompt(cfg, tok.token_map, torch.tensor([s]))[0].numpy() for s in seqs])
+    assert np.array_equal(np.asarray(trace.rows(1)).reshape(-1, 24), ref[:, 0])
+    assert np.asarray(trace.rows(14, "all", "chunk3")).tolist() == _distinct_per_step(ref[:, 1], 3)

@@ -86,3 +86,10 @@ def default_sizes(table_rows: int, row_size: int, unique_rows: int) -> list[int]
     out.add(max(1, min(unique_rows, table_rows)))
     out.update(parse_size(s, row_size, table_rows) for s in SHIPPED_SIZES.values())
     return sorted(out)
+
+
+def working_set_sizes(distinct_rows: int, steps: int = 9, least: int = 100) -> list[int]:
+    """Sizes for a small trace: ``steps`` sizes from 1/256 of its distinct rows up to all of them
+    (geometric; each at least ``least`` rows, the smallest cache every policy builds)."""
+    top = max(least, distinct_rows)
+    return sorted({max(least, round(top * 256 ** (k / (steps - 1) - 1))) for k in range(steps)})

@@ -138,6 +138,29 @@ def trace_texts(
     return _non_empty(writer.close(source), f"{len(texts)} texts")
 
 
+def trace_token_ids(
+    sequences: Sequence[Sequence[int]],
+    config: EngramConfig | str | None = None,
+    tokenizer: Any = None,
+    chunk: int | None = None,
+    orders: bool = True,
+    folder: str | Path | None = None,
+    source: str = "token ids",
+) -> RowTrace:
+    """The trace of raw token id sequences, each one sequence as given (no BOS added): prompts
+    already tokenized, or random ids (the uniform worst case of a cache)."""
+    cfg = load_config(weights_config() if config is None else config)
+    tok = tokenizer if tokenizer is not None else get_tokenizer(cfg)
+    seqs = [np.asarray(s, dtype=np.int64).reshape(-1) for s in sequences]
+    ids = np.concatenate(seqs) if seqs else np.zeros(0, dtype=np.int64)
+    starts = np.zeros(len(ids), dtype=bool)
+    starts[np.cumsum([0, *(len(s) for s in seqs[:-1])])[[len(s) > 0 for s in seqs]]] = True
+    writer = TraceWriter(cfg, trace_folder(folder), chunk, orders)
+    if len(ids):
+        writer.add(rows_from_windows(EngramLayout(cfg), StreamWindows(cfg, tok.token_map)(ids, starts)))
+    return _non_empty(writer.close(source), f"{len(seqs)} token id sequences")
+
+
 def trace_rows_frame(
     rows: pd.DataFrame,
     config: EngramConfig | str,
