@@ -240,6 +240,34 @@ def _add_corpus(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_cache_sim(p: argparse.ArgumentParser) -> None:
+    p.add_argument("files", nargs="*", metavar="FILE", help="text or JSONL files; none: the default Debian corpus")
+    p.add_argument("--out", required=True, help="output folder for the tables, the figure and summary.json")
+    _config_arg(p)
+    p.add_argument(
+        "--policy", default=None, help="comma-separated: LRU,LFU,ARC,S3-FIFO,SIEVE,W-TinyLFU,Belady (default: all)"
+    )
+    p.add_argument(
+        "--sizes",
+        default=None,
+        help="comma-separated cache sizes a table: rows (16384), bytes (4MiB, 25GB), 10%%, table",
+    )
+    p.add_argument(
+        "--chunk", type=POSITIVE, default=4096, help="prefill step in tokens, rows deduplicated (default 4096)"
+    )
+    p.add_argument("--no-orders", action="store_true", help="no cache per n-gram order, the shared cache only")
+    p.add_argument("--max-tokens", type=POSITIVE, default=None, help="stop after N tokens")
+    p.add_argument(
+        "--io-tokens", type=POSITIVE, default=5_000, help="page I/O window: the last N tokens (default 5000)"
+    )
+    p.add_argument("--decode-rate", type=POSITIVE, default=1_000, help="target decode tokens/s for IOPS (default 1000)")
+    p.add_argument("--prefill-rate", type=POSITIVE, default=20_000, help="target prefill tokens/s (default 20000)")
+    p.add_argument("--workers", type=WORKERS, default=None, help="trace and simulate on a local Dask cluster")
+    p.add_argument("--scheduler", default=None, help="trace and simulate on the Dask cluster at ADDRESS")
+    p.add_argument("--keep-trace", action="store_true", help="keep the row-access trace files in OUT/trace")
+    _quiet_arg(p, "progress bar")
+
+
 # ---- run: a model over prompts
 
 
@@ -407,6 +435,13 @@ COMMANDS: dict[str, Command] = {
         _add_corpus,
         "engram_viz.commands.corpus_command:corpus",
         "engram-viz corpus a.jsonl b.txt.gz --out out/mine --max-tokens 5000000",
+    ),
+    "cache-sim": Command(
+        "corpus",
+        "row-cache hit rate against size per policy (libCacheSim) and the disk the misses need",
+        _add_cache_sim,
+        "engram_viz.commands.corpus_command:cache_sim",
+        "engram-viz cache-sim --out out/caches --policy LRU,S3-FIFO,Belady --sizes 16384,4MiB,25GB",
     ),
     "app": Command(
         "apps",

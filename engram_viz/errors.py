@@ -140,6 +140,10 @@ class EditTargetError(EngramVizError, ValueError):
     """An entity not found in its text, or one too short to hold an n-gram."""
 
 
+class CacheSimError(EngramVizError, ValueError):
+    """A cache simulation asked with a bad size, an unknown policy, an empty trace or no libcachesim."""
+
+
 # viz: frames, fonts, export
 class FrameError(EngramVizError, ValueError):
     """A frame given to a plot lacks the columns, rows or values it needs."""

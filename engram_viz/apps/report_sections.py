@@ -2,8 +2,8 @@
 
 :func:`report_sections` lists every section of ``report.html`` in page order: gate versus memory
 (a tiny LM only), gates by category, gate distributions, token-coloured text (HTML, then figures),
-gate heatmaps of the showcase prompts, collision exposure, hash collisions, row usage, and quantised
-tables when candidates are given (``report --quant``). A figure is
+gate heatmaps of the showcase prompts, collision exposure, hash collisions, row usage, row caches, and
+quantised tables when candidates are given (``report --quant``). A figure is
 a :class:`FigureSpec` (name, how to draw it, title, caption): the job draws and exports each one
 and hands the page the drawn :class:`~engram_viz.viz.report_page.Figure` in its place.
 :func:`trace_gate_memory` gives the gate-versus-memory analysis
@@ -31,9 +31,11 @@ from engram_viz.analysis.gates.gate_memory import (
 from engram_viz.analysis.gates.summary import gate_overview
 from engram_viz.analysis.quant.study import QuantStudy
 from engram_viz.analysis.row_stats.usage import RowUsage
+from engram_viz.apps.cache_sim_job import rows_frame_hit_rates
 from engram_viz.config import EngramConfig
 from engram_viz.errors import EngramVizError
 from engram_viz.run.trace import Trace
+from engram_viz.viz.cache_plots import hit_rate_vs_size
 from engram_viz.viz.collision_plots import collisions_vs_expected
 from engram_viz.viz.gate_plots import exposure_beside_gates, gate_distributions, gate_heatmap
 from engram_viz.viz.memory_plots import gate_vs_memory
@@ -302,6 +304,27 @@ def _quant_section(study: QuantStudy, theme: str) -> Section:
     return Section("quant", "Quantised tables", intro, (figure, Table(study.summary[QUANT_COLUMNS].round(6))))
 
 
+def _cache_section(frames: dict[str, pd.DataFrame], config: EngramConfig, theme: str) -> Section:
+    """Row-cache hit rate against size for the prompt set's own row accesses (libCacheSim)."""
+    try:
+        hit = rows_frame_hit_rates(frames["rows"], config)
+    except EngramVizError as err:  # no libcachesim, or no rows to read
+        return Section("row-caches", "Row caches", "", (missing(f"Row caches left out: {err}"),))
+    table = hit.pivot_table(index=["layer", "cache_rows"], columns="policy", values="hit_rate", sort=False)
+    figure = FigureSpec(
+        "cache_hit_rate",
+        lambda: hit_rate_vs_size(hit, theme=theme),
+        "Row-cache hit rate against size",
+        "The prompt set's row reads in token order, one cache per Engram layer, per policy (libCacheSim); "
+        "Belady (dashed) is the offline optimum, the dotted line an infinite cache (only first reads miss).",
+    )
+    intro = (
+        "If the tables sat on host memory or disk behind a cache of hot rows, how many of this prompt set's "
+        "reads would it serve? Sizes up to the rows the prompts read; `engram-viz cache-sim` runs a corpus."
+    )
+    return Section("row-caches", "Row caches", intro, (Table(table.reset_index(), max_rows=40), figure))
+
+
 def report_sections(
     trace: Trace,
     frames: dict[str, pd.DataFrame],
@@ -322,4 +345,5 @@ def report_sections(
         _collision_section(frames, theme),
         _usage_section(frames, usage, config, theme),
         *([_quant_section(quant, theme)] if quant is not None else []),
+        _cache_section(frames, config, theme),
     ]

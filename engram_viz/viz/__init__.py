@@ -16,6 +16,7 @@ a whole figure and returns that ``Figure``:
 - ``coverage_per_column(coverage)``      rows touched / prime per (order, head)
 - ``row_rank_frequency(usage)``          hits of the r-th most used row, log-log
 - ``touched_rows_map(usage, layout)``    touched rows over a layer's address space, binned
+- ``hit_rate_vs_size(hit_rates)``        row-cache hit rate against size, a line per policy
 
 Exploring (plotly): ``gate_heatmap_interactive(gates, rows=...)``, ``gate_difference_interactive(diff)``. Token-coloured HTML with
 tooltips: ``token_html(gates)``; ``token_view(gates)`` shows in a notebook as HTML plus a PNG.
@@ -28,6 +29,7 @@ writes its figure).
 """
 
 from engram_viz.viz.attribution_plots import attribution_bars, attribution_bars_interactive, order_profile_plot
+from engram_viz.viz.cache_plots import hit_rate_vs_size
 from engram_viz.viz.collision_plots import collisions_vs_expected, heads_shared_vs_expected
 from engram_viz.viz.edit_plots import gate_change_vs_colliding_heads, loss_change_by_token
 from engram_viz.viz.gate_plots import exposure_beside_gates, gate_difference_heatmap, gate_distributions, gate_heatmap
@@ -71,6 +73,7 @@ __all__ = [
     "gate_vs_memory",
     "get_theme",
     "heads_shared_vs_expected",
+    "hit_rate_vs_size",
     "loss_change_by_token",
     "order_profile_plot",
     "paper_rc",

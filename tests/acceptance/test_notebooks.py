@@ -44,6 +44,7 @@ def test_the_notebooks_are_all_there_and_paired():
         "08_why_this_gate",
         "09_edit_a_memory",
         "10_quantised_tables",
+        "11_row_caches",
     ]
     for nb in NOTEBOOKS:
         assert nb.with_suffix(".py").is_file(), f"{nb.name} has no py:percent pair"
