@@ -2,8 +2,7 @@
 
 The source folder is the repository root (``sphinx-build -c docs . OUT``) so the site takes the
 pages in ``docs/`` and the notebooks in ``notebooks/`` where they live; ``include_patterns`` keeps
-everything else out. Notebooks are rendered from the outputs they hold (CI executes them in
-``tests/acceptance``), never executed here; the API pages are generated from the docstrings
+everything else out. The API pages are generated from the docstrings
 (autosummary, recursive), so a new module appears without an edit here.
 """
 
@@ -39,13 +38,19 @@ extensions = [
     "myst_nb",
     "sphinx.ext.autodoc",
     "sphinx.ext.autosummary",
-    "sphinx.ext.intersphinx",
-    "sphinx.ext.viewcode",
 ]
 
-# notebooks: rendered from their stored outputs; executing them is the acceptance tier's job
-nb_execution_mode = "off"
+# notebooks: the committed .ipynb files carry no outputs (kept small, paired with py:percent), so
+# `make docs` executes each once on the embedded default and caches the result (jupyter-cache in
+# the build folder: a notebook runs again only when its cells change); a failing cell fails the
+# build. The CI test builds with `-D nb_execution_mode=off` (the acceptance tier executes them).
+nb_execution_mode = "cache"
+nb_execution_cache_path = os.environ.get("ENGRAM_VIZ_DOCS_CACHE", str(ROOT / "build" / "docs-cache" / "jupyter"))
+nb_execution_timeout = 600
+nb_execution_raise_on_error = True
+nb_execution_show_tb = True
 nb_output_stderr = "remove"
+os.environ.setdefault("ENGRAM_VIZ_FIGURES_DIR", str(Path(nb_execution_cache_path).parent / "figures"))
 myst_enable_extensions = ["colon_fence", "dollarmath"]
 myst_heading_anchors = 3
 
@@ -54,6 +59,7 @@ autosummary_generate = True
 autosummary_imported_members = False
 autodoc_default_options = {"members": True, "undoc-members": True, "show-inheritance": True}
 autodoc_member_order = "bysource"
+toc_object_entries = False  # the sidebar lists pages, not every function (an O(pages x objects) navigation tree)
 autodoc_typehints = "description"
 autodoc_typehints_format = "short"
 autodoc_mock_imports: list[str] = []
@@ -66,9 +72,11 @@ nitpick_ignore_regex = [
     # other projects' objects: their inventories need the network, so their names stay plain text
     ("py:.*", EXTERNAL + r"(\..*)?"),
     # builtins and typing names that Sphinx does not know without Python's inventory
-    ("py:.*", r"(Path|Any|Callable|Iterable|Iterator|Sequence|Mapping|Literal|Self|NoReturn|Tensor|DataFrame|Axes|Figure|Module)"),
+    (
+        "py:.*",
+        r"(Path|Any|Callable|Iterable|Iterator|Sequence|Mapping|Literal|Self|NoReturn|Tensor|DataFrame|Axes|Figure|Module)",
+    ),
 ]
-
 
 
 def _resolve_by_name(app, env, node, contnode):
@@ -118,4 +126,3 @@ def setup(app):
 html_theme = "furo"
 html_title = "engram-viz"
 html_static_path: list[str] = []
-os.environ.setdefault("ENGRAM_VIZ_DOCS_BUILD", "1")

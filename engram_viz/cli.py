@@ -13,6 +13,7 @@ from typing import NoReturn
 import numpy as np
 import torch
 
+from engram_viz import settings
 from engram_viz.analysis.corpus.documents import DocumentSpec
 from engram_viz.analysis.corpus.spill import parse_memory_limit
 from engram_viz.analysis.explain.explanation import explain
@@ -43,7 +44,14 @@ def _config_arg(p: argparse.ArgumentParser) -> None:
 
 
 def _checkpoint_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--checkpoint", default=None, help=f"checkpoint folder (default: {WEIGHTS_RULE})")
+    p.add_argument(
+        "--checkpoint", default=None, help=f"checkpoint folder or hf://owner/repo[@revision] (default: {WEIGHTS_RULE})"
+    )
+    _offline_arg(p)
+
+
+def _offline_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--offline", action="store_true", help="hf:// checkpoints from the local Hub cache only, no network")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -299,7 +307,11 @@ def _add_foundation_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "inspect", help="Engram tensors of a checkpoint folder: dtypes, shapes, shards, sizes, config check"
     )
-    p.add_argument("checkpoint", help="checkpoint folder (model.safetensors.index.json + shards, or model{i}-mp{n})")
+    p.add_argument(
+        "checkpoint",
+        help="checkpoint folder (model.safetensors.index.json + shards, or model{i}-mp{n}) or hf://owner/repo[@revision]",
+    )
+    _offline_arg(p)
     p.add_argument(
         "--config", default=None, help="preset or config.json to check against (default: the folder's config.json)"
     )
@@ -418,6 +430,8 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as stop:  # argparse: a usage error (code 2, one line from _Parser.error) or --help (0)
         return stop.code if isinstance(stop.code, int) else 2
+    if getattr(args, "offline", False):
+        os.environ[settings.OFFLINE] = "1"  # read by weights.hub wherever a command resolves weights
     try:
         args.func(args)
     except BrokenPipeError:  # output piped into `head` and the like: stop quietly
