@@ -157,8 +157,12 @@ def _hub_errors(ref: HubRef, filename: str, offline: bool) -> Iterator[None]:
     except RemoteEntryNotFoundError:
         raise HubError(f"{ref}: the repository holds no {filename}; expected a safetensors checkpoint") from None
     except LocalEntryNotFoundError:
-        why = "offline mode (--offline, ENGRAM_VIZ_OFFLINE or HF_HUB_OFFLINE)" if offline else "the Hub is unreachable"
-        raise HubError(f"{ref}: {filename} is not in the local Hub cache and {why}; run once online") from None
+        why = (
+            "--offline (or ENGRAM_VIZ_OFFLINE / HF_HUB_OFFLINE) forbids the network"
+            if offline
+            else "the Hub cannot be reached"
+        )
+        raise HubError(f"{ref}: {filename} is not in the local Hub cache, and {why}; run once online") from None
     except HfHubHTTPError as err:
         raise HubError(f"{ref}: the Hub answered HTTP {_status(err)} for {filename}") from None
     except HubError:
@@ -168,7 +172,7 @@ def _hub_errors(ref: HubRef, filename: str, offline: bool) -> Iterator[None]:
             raise  # anything else is a bug: its traceback shows
         raise HubError(
             f"{ref}: the download of {filename} broke off ({type(err).__name__}: {_first_line(err)}); nothing was "
-            "written outside the Hub cache, which keeps the part received: run again to resume"
+            "written outside the Hub cache: run again to retry"
         ) from None
 
 
