@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from engram_viz import settings
-from engram_viz.config import EngramConfig, load_config
+from engram_viz.config import EngramConfig, load_config, match_preset
 from engram_viz.weights.checkpoint import Checkpoint, open_checkpoint
 from engram_viz.weights.hub import hub_config_file, hub_folder, is_hub_ref
 from engram_viz.weights.scan import scan_checkpoint
@@ -57,7 +57,7 @@ def weights_config(checkpoint: Weights | None = None) -> EngramConfig:
     if isinstance(chosen, Checkpoint):
         return chosen.config
     if is_hub_ref(chosen):  # its config.json alone, not the tables' shards
-        return load_config(hub_config_file(str(chosen)))
+        return match_preset(load_config(hub_config_file(str(chosen))))
     return resolve_config(scan_checkpoint(chosen), None)
 
 

@@ -18,6 +18,7 @@ from engram_viz.run.pipeline import Pipeline
 from engram_viz.weights.checkpoint import open_checkpoint
 from engram_viz.weights.hub import HubRef, parse_hub_ref, shards_needed
 from engram_viz.weights.index import INDEX_FILE, read_json
+from engram_viz.weights.resolve import weights_config
 from engram_viz.weights.synthetic import write_synthetic_checkpoint
 
 pytestmark = pytest.mark.integration
@@ -94,6 +95,13 @@ def test_open_checkpoint_fetches_only_the_engram_shards_and_equals_the_folder(hu
     # the Hub cache is honoured: a second open sends no file again, only metadata requests
     open_checkpoint("hf://test/ckpt")
     assert hub.downloads("test/ckpt") == fetched
+
+
+def test_config_and_inspect_read_what_they_need(hub, folder, capsys):
+    assert weights_config("hf://test/ckpt") == open_checkpoint(folder).config
+    assert hub.downloads("test/ckpt") == ["config.json"]  # the config alone, no shard
+    assert main(["inspect", "hf://test/ckpt"]) == 0
+    assert "every dtype and shape as expected" in capsys.readouterr().out
 
 
 def test_block0_streams_fetch_block0_too_and_gates_equal_the_folder(hub, folder):
