@@ -11,7 +11,8 @@ The front door, the names a researcher needs::
 - running: :class:`Pipeline` (tokenizer, hashing, Engram layers, stream source) -> :class:`Trace`
 - hooks and interventions: ``Pipeline.run(..., hooks={"engram.L1.gate": force_gate(0.0)})``,
   :func:`force_gate`, :func:`zero_ablate`; :func:`attach` instruments a model of your own
-- weights: :func:`open_checkpoint` (a checkpoint folder), :func:`synthetic_checkpoint` (seeded
+- weights: :func:`open_checkpoint` (a checkpoint folder, or ``"hf://owner/repo"`` on the Hugging Face
+  Hub: only the shards a run reads are fetched), :func:`synthetic_checkpoint` (seeded
   random weights of a config)
 - statistics: :class:`RowUsage` (which table rows are read) and :class:`CollisionStats` (hash
   collisions), over prompts or a corpus

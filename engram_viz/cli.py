@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from engram_viz import settings
 from engram_viz.errors import EngramVizError
 
 WEIGHTS_RULE = "$ENGRAM_VIZ_CHECKPOINT when set, else the embedded default data/tiny-engram"
@@ -129,7 +130,16 @@ def _config_arg(p: argparse.ArgumentParser) -> None:
 
 
 def _checkpoint_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--checkpoint", default=None, help=f"checkpoint folder (default: {WEIGHTS_RULE})")
+    p.add_argument(
+        "--checkpoint",
+        default=None,
+        help=f"checkpoint folder, GGUF file or hf://owner/repo[@revision] (default: {WEIGHTS_RULE})",
+    )
+    _offline_arg(p)
+
+
+def _offline_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--offline", action="store_true", help="hf:// checkpoints from the local Hub cache only, no network")
 
 
 def _device_arg(p: argparse.ArgumentParser) -> None:
@@ -185,7 +195,11 @@ def _add_params(p: argparse.ArgumentParser) -> None:
 
 
 def _add_inspect(p: argparse.ArgumentParser) -> None:
-    p.add_argument("checkpoint", help="checkpoint folder (model.safetensors.index.json + shards, or model{i}-mp{n})")
+    p.add_argument(
+        "checkpoint",
+        help="checkpoint folder (model.safetensors.index.json + shards, or model{i}-mp{n}) or hf://owner/repo[@revision]",
+    )
+    _offline_arg(p)
     p.add_argument(
         "--config", default=None, help="preset or config.json to check against (default: the folder's config.json)"
     )
@@ -516,6 +530,8 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as stop:  # argparse: a usage error (code 2, one line from _Parser.error) or --help (0)
         return stop.code if isinstance(stop.code, int) else 2
+    if getattr(args, "offline", False):
+        os.environ[settings.OFFLINE] = "1"  # read by weights.hub wherever a command resolves weights
     try:
         _run(args)
     except BrokenPipeError:  # output piped into `head` and the like: stop quietly

@@ -69,6 +69,10 @@ class NonFiniteError(CheckpointError):
     """A weight tensor holds NaN or Inf (names the file, the tensor and the rows)."""
 
 
+class HubError(CheckpointError):
+    """A checkpoint on the Hugging Face Hub that cannot be had: no such repository, gated, offline, a broken download."""
+
+
 class RowEditError(EngramVizError, ValueError):
     """An edit names a row outside the table, an unknown spec or a row of the wrong shape."""
 

@@ -8,8 +8,11 @@ variable                        meaning (default)
 ``ENGRAM_VIZ_CHECKPOINT``       the checkpoint folder every entry point runs on when given none (``report``,
                                 ``explain``, ``corpus``/``hash``/``layout``/``params`` for their config, the
                                 app, the widget, the notebooks, ``Pipeline()``); an explicit checkpoint
-                                wins (unset: the embedded default ``data/tiny-engram``; ``weights.resolve``)
+                                wins (unset: the embedded default ``data/tiny-engram``; ``weights.resolve``);
+                                ``hf://owner/repo[@revision]`` names a repository on the Hub (``weights.hub``)
 ``ENGRAM_VIZ_CORPUS_TOKENS``    tokens the notebooks read per corpus file (60,000)
+``ENGRAM_VIZ_OFFLINE``          ``1``: Hub checkpoints from the local Hub cache only, no network (``--offline``;
+                                ``HF_HUB_OFFLINE=1`` does the same) (unset)
 ``ENGRAM_VIZ_FIGURES_DIR``      where notebooks 07-09 write figures (``out/figures/`` at the repository
                                 root; ``figures`` regenerates the README's)
 ``ENGRAM_VIZ_PAUSE_AT``         tests only: a job stage (``report:tables``, ``corpus:counted``, ``swap``...)
@@ -32,6 +35,7 @@ CACHE = "ENGRAM_VIZ_CACHE"
 CHECKPOINT = "ENGRAM_VIZ_CHECKPOINT"
 CORPUS_TOKENS = "ENGRAM_VIZ_CORPUS_TOKENS"
 FIGURES_DIR = "ENGRAM_VIZ_FIGURES_DIR"
+OFFLINE = "ENGRAM_VIZ_OFFLINE"
 PAUSE_AT = "ENGRAM_VIZ_PAUSE_AT"
 PAUSE_S = 300.0  # long enough for a test to interrupt the job; it goes on afterwards
 
@@ -54,6 +58,12 @@ def cache_dir() -> Path:
 def checkpoint() -> str | None:
     """``$ENGRAM_VIZ_CHECKPOINT`` (a checkpoint folder), or None when unset or empty."""
     return os.environ.get(CHECKPOINT) or None
+
+
+def offline() -> bool:
+    """True when ``$ENGRAM_VIZ_OFFLINE`` or huggingface_hub's ``$HF_HUB_OFFLINE`` says so (``1``,
+    ``true``, ``yes``, ``on``): Hub checkpoints then come from the local cache only."""
+    return any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on") for v in (OFFLINE, "HF_HUB_OFFLINE"))
 
 
 def corpus_tokens(default: int) -> int:

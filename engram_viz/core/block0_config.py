@@ -5,29 +5,29 @@ sliding-window block (``compress_ratios[0] == 0``): hyper-connection mixing arou
 an MoE FFN. Field names are the reference ``config.json`` keys; :data:`V41_FLASH_BLOCK0` holds the
 released values. Tensor names follow the reference module tree (``layers.0.attn.wq_a.weight``, ...):
 
-=========================================  ========  ==============================================
-name (prefix ``layers.0.``)                dtype     shape
-=========================================  ========  ==============================================
-``hc_attn_fn``, ``hc_ffn_fn``              F32       [(2 + hc) * hc, hc * dim]
-``hc_attn_base``, ``hc_ffn_base``          F32       [(2 + hc) * hc]
-``hc_attn_scale``, ``hc_ffn_scale``        F32       [3]
-``attn_norm.weight``, ``ffn_norm.weight``  BF16      [dim]
-``attn.attn_sink``                         F32       [n_heads]
-``attn.wq_a.weight`` / ``.scale``          F8 / E8M0 [q_lora_rank, dim] / 32 x 32 blocks
-``attn.q_norm.weight``                     BF16      [q_lora_rank]
-``attn.wq_b.weight`` / ``.scale``          F8 / E8M0 [n_heads * head_dim, q_lora_rank]
-``attn.wkv.weight`` / ``.scale``           F8 / E8M0 [head_dim, dim]
-``attn.kv_norm.weight``                    BF16      [head_dim]
-``attn.wo_a.weight``                       BF16      [o_groups * o_lora_rank, n_heads * head_dim / o_groups]
-``attn.wo_b.weight`` / ``.scale``          F8 / E8M0 [dim, o_groups * o_lora_rank]
-``ffn.gate.weight``                        BF16      [n_routed_experts, dim]
-``ffn.gate.bias``, ``ffn.gate.bias_vl``    F32       [n_routed_experts]
-``ffn.experts.{e}.w1/w3.weight``           F4        [moe_inter_dim, dim] (two values a byte)
-``ffn.experts.{e}.w2.weight``              F4        [dim, moe_inter_dim]
-``ffn.experts.{e}.w{1,2,3}.scale``         E8M0      [out, in / 32]
-``ffn.shared_experts.w{1,2,3}.weight``     F8 / E8M0 as ``w1: [inter, dim]``, 32 x 32 block scales
-``embed.weight`` (no prefix)               BF16      [vocab_size, dim]
-=========================================  ========  ==============================================
+=========================================  =========  ==============================================
+name (prefix ``layers.0.``)                dtype      shape
+=========================================  =========  ==============================================
+``hc_attn_fn``, ``hc_ffn_fn``              F32        [(2 + hc) * hc, hc * dim]
+``hc_attn_base``, ``hc_ffn_base``          F32        [(2 + hc) * hc]
+``hc_attn_scale``, ``hc_ffn_scale``        F32        [3]
+``attn_norm.weight``, ``ffn_norm.weight``  BF16       [dim]
+``attn.attn_sink``                         F32        [n_heads]
+``attn.wq_a.weight`` / ``.scale``          F8 / E8M0  [q_lora_rank, dim] / 32 x 32 blocks
+``attn.q_norm.weight``                     BF16       [q_lora_rank]
+``attn.wq_b.weight`` / ``.scale``          F8 / E8M0  [n_heads * head_dim, q_lora_rank]
+``attn.wkv.weight`` / ``.scale``           F8 / E8M0  [head_dim, dim]
+``attn.kv_norm.weight``                    BF16       [head_dim]
+``attn.wo_a.weight``                       BF16       [o_groups * o_lora_rank, n_heads * head_dim / o_groups]
+``attn.wo_b.weight`` / ``.scale``          F8 / E8M0  [dim, o_groups * o_lora_rank]
+``ffn.gate.weight``                        BF16       [n_routed_experts, dim]
+``ffn.gate.bias``, ``ffn.gate.bias_vl``    F32        [n_routed_experts]
+``ffn.experts.{e}.w1/w3.weight``           F4         [moe_inter_dim, dim] (two values a byte)
+``ffn.experts.{e}.w2.weight``              F4         [dim, moe_inter_dim]
+``ffn.experts.{e}.w{1,2,3}.scale``         E8M0       [out, in / 32]
+``ffn.shared_experts.w{1,2,3}.weight``     F8 / E8M0  as ``w1: [inter, dim]``, 32 x 32 block scales
+``embed.weight`` (no prefix)               BF16       [vocab_size, dim]
+=========================================  =========  ==============================================
 """
 
 from __future__ import annotations

@@ -40,8 +40,8 @@ SITES = ("hash_ids", "gate", "value", "out")
 class EditEffect:
     """What an edit moved. ``positions``: one row per (prompt, position, layer): token,
     edited_slots (of the 24 read), reads_edit, touched, gate / gate_edited (mean over streams),
-    d_gate_max (max |change| over streams), value_change (L2 of the value change), out_change
-    (max |change| of the output). ``gates``: (prompt, position, layer, stream, gate, gate_edited,
+    d_gate_max (max ``|change|`` over streams), value_change (L2 of the value change), out_change
+    (max ``|change|`` of the output). ``gates``: (prompt, position, layer, stream, gate, gate_edited,
     d_gate). ``reads``: one row per edited row read: (prompt, position, layer, order, head, row,
     ngram: the n-gram's text there). ``loss`` (whole models only, else None): (prompt, position,
     token, next_token, loss, loss_edited, d_loss, touched) in nats, the last position left out."""

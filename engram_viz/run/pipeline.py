@@ -139,7 +139,8 @@ class Pipeline:
         self.bos = bos
         self.lm: TinyEngramLM | None = None
         self.checkpoint = None
-        checkpoint = resolve_weights(checkpoint)  # None: $ENGRAM_VIZ_CHECKPOINT, else the embedded default
+        # None: $ENGRAM_VIZ_CHECKPOINT, else the embedded default; a Hub repository: its local folder
+        checkpoint = resolve_weights(checkpoint, blocks=(0,) if streams == "block0" else ())
         whole_model = runs_model_whole(streams)
         if isinstance(checkpoint, (str, Path)):
             path = Path(checkpoint)

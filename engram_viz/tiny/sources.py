@@ -5,21 +5,21 @@ read here into a list of documents (plain text, no blank lines inside a document
 ``engram-viz corpus`` (``analysis.corpus.default_corpus``, which writes them one paragraph per document)
 and ``engram-viz train-tiny`` (``tiny.data``) take the documents from :func:`source_documents`.
 
-========== ============================================ ========================= =================
-key        text                                         Debian package(s)         licence
-========== ============================================ ========================= =================
-``kjv``    King James Bible, one chapter per document   bible-kjv, bible-kjv-text text public domain
-           (``Genesis 1`` + its verses, numbers dropped)                          (program GPL-2+)
-``zh-ref`` Debian Reference, Simplified Chinese: prose  debian-reference-zh-cn    GPL-2+
-           paragraphs with Chinese characters, wraps
-           joined, grouped into ~1,000-character docs
-``wordnet`` WordNet 3.0 noun synsets: ``lemmas: gloss;   wordnet-base              WordNet 3.0 licence
-           "examples"`` one line each, grouped into                               (permissive, BSD-like)
-           ~1,000-character documents in file order
-``zh-sayings`` fortunes-zh: Chinese sayings, proverbs,   fortunes-zh               GPL-3+
-           classical prose, Tang and Song poems (one
-           entry a line group), ~1,000-character docs
-========== ============================================ ========================= =================
+============== ============================================= ========================= ======================
+key            text                                          Debian package(s)         licence
+============== ============================================= ========================= ======================
+``kjv``        King James Bible, one chapter per document    bible-kjv, bible-kjv-text text public domain
+               (``Genesis 1`` + its verses, numbers dropped)                           (program GPL-2+)
+``zh-ref``     Debian Reference, Simplified Chinese: prose   debian-reference-zh-cn    GPL-2+
+               paragraphs with Chinese characters, wraps
+               joined, grouped into ~1,000-character docs
+``wordnet``    WordNet 3.0 noun synsets: ``lemmas: gloss;    wordnet-base              WordNet 3.0 licence
+               "examples"`` one line each, grouped into                                (permissive, BSD-like)
+               ~1,000-character documents in file order
+``zh-sayings`` fortunes-zh: Chinese sayings, proverbs,       fortunes-zh               GPL-3+
+               classical prose, Tang and Song poems (one
+               entry a line group), ~1,000-character docs
+============== ============================================= ========================= ======================
 """
 
 from __future__ import annotations

@@ -76,7 +76,7 @@ def gate_change_vs_colliding_heads(
     theme: str | Theme = "light",
     width: float = 4.5,
 ) -> Axes:
-    """Mean |gate change| over the streams when an order's colliding heads (their rows shared with
+    """Mean ``|gate change|`` over the streams when an order's colliding heads (their rows shared with
     other corpus n-grams) are taken out, against how many of its heads collide: one dot per
     (position, order), jittered, and the mean per count. orders: layer, order, n_colliding, d_gate.
     Returns the Axes."""

@@ -1,6 +1,6 @@
 """Synthetic block-0 weights: the reference's names, dtypes and shapes, random values, labelled SYNTHETIC.
 
-- :func:`block0_tensor` draws one tensor by name (its own seed, so values do not depend on which
+- :func:`block0_tensors` draws every tensor, each by name (its own seed, so values do not depend on which
   others are drawn): fp8 GEMM weights ~ N(0, 1 / in) quantised with 32 x 32 e8m0 block scales,
   fp4 expert weights as uniform e2m1 codes with per-32 e8m0 scales of about ``1 / (3 sqrt(in))``,
   RMSNorm weights ~ 1 + 0.1 N(0, 1), hyper-connection projections ~ N(0, 1 / (hc dim)) and

@@ -94,8 +94,9 @@ def _open_layer(
 
 
 def open_checkpoint(path: str | Path, config: EngramConfig | str | Path | None = None) -> Checkpoint:
-    """Open a checkpoint folder (HF or mp layout), check every Engram tensor against the config
-    (the folder's ``config.json`` unless ``config`` is given) and load: tables lazily, the rest eagerly."""
+    """Open a checkpoint folder (HF or mp layout) or a Hub repository (``hf://owner/repo[@revision]``:
+    its Engram shards fetched into the Hub cache, ``hub.py``), check every Engram tensor against the
+    config (the folder's ``config.json`` unless ``config`` is given) and load: tables lazily, the rest eagerly."""
     scan = scan_checkpoint(path)
     cfg = resolve_config(scan, config)
     parts = validated_parts(scan, cfg)

@@ -107,7 +107,7 @@ class _ProceduralSource(RowSource):
 
 class ProceduralEmbedding(TokenEmbedding):
     """Synthetic token embedding: row r is ``procedural_values([r], dim, procedural_key(seed,
-    STREAM_EMBED))`` rounded to bf16 (values k/128, |k| <= 510, std ~1.15)."""
+    STREAM_EMBED))`` rounded to bf16 (values k/128, ``|k| <= 510``, std ~1.15)."""
 
     def __init__(self, num_rows: int, dim: int, seed: int = 0, label: str | None = None):
         label = label or f"synthetic procedural token embedding ({num_rows:,} x {dim}, seed {seed})"

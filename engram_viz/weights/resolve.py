@@ -2,20 +2,24 @@
 
 The rule: an explicit checkpoint wins; else the folder ``$ENGRAM_VIZ_CHECKPOINT`` names; else the
 embedded default, the trained tiny Engram LM in ``data/tiny-engram`` (the synthetic ``tiny``
-checkpoint, seed 0, only when that folder is missing). ``resolve_weights`` gives what a
-``Pipeline`` opens; ``weights_config`` the config of the same weights, read without opening them.
+checkpoint, seed 0, only when that folder is missing). Either may name a Hub repository
+(``hf://owner/repo[@revision]``, ``hub.py``): it resolves to its local snapshot folder holding the
+shards the run reads. ``resolve_weights`` gives what a ``Pipeline`` opens; ``weights_config`` the
+config of the same weights, read without opening them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 from engram_viz import settings
-from engram_viz.config import EngramConfig, load_config
+from engram_viz.config import EngramConfig, load_config, match_preset
 from engram_viz.core.schema import gguf_names
 from engram_viz.weights.checkpoint import Checkpoint, open_checkpoint
 from engram_viz.weights.gguf_checkpoint import gguf_config, open_gguf_checkpoint
 from engram_viz.weights.gguf_file import is_gguf_path, open_gguf
+from engram_viz.weights.hub import hub_config_file, hub_folder, is_hub_ref
 from engram_viz.weights.scan import scan_checkpoint
 from engram_viz.weights.schema_check import resolve_config
 from engram_viz.weights.synthetic import synthetic_checkpoint
@@ -32,15 +36,18 @@ def _chosen(checkpoint: Weights | None) -> Weights | None:
         return checkpoint
     from_env = settings.checkpoint()
     if from_env is not None:
-        return Path(from_env)
+        return from_env if is_hub_ref(from_env) else Path(from_env)
     return DEFAULT_DIR if is_tiny_lm_folder(DEFAULT_DIR) else None
 
 
-def resolve_weights(checkpoint: Weights | None = None) -> Weights:
+def resolve_weights(checkpoint: Weights | None = None, *, blocks: Iterable[int] = ()) -> Weights:
     """The weights to run: ``checkpoint`` when given, else ``$ENGRAM_VIZ_CHECKPOINT``, else the
-    embedded default (a folder path, or the synthetic checkpoint opened)."""
+    embedded default (a folder path, or the synthetic checkpoint opened). A Hub repository gives its
+    local folder with the Engram shards and those of ``blocks`` (block 0 for ``streams="block0"``)."""
     chosen = _chosen(checkpoint)
-    return synthetic_checkpoint(*SYNTHETIC_DEFAULT) if chosen is None else chosen
+    if chosen is None:
+        return synthetic_checkpoint(*SYNTHETIC_DEFAULT)
+    return hub_folder(chosen, blocks=blocks) if is_hub_ref(chosen) else chosen
 
 
 def weights_config(checkpoint: Weights | None = None) -> EngramConfig:
@@ -54,6 +61,8 @@ def weights_config(checkpoint: Weights | None = None) -> EngramConfig:
         return chosen.config
     if is_gguf_path(chosen):
         return gguf_config(open_gguf(chosen), None, gguf_names()["config"])
+    if is_hub_ref(chosen):  # its config.json alone, not the tables' shards
+        return match_preset(load_config(hub_config_file(str(chosen))))
     return resolve_config(scan_checkpoint(chosen), None)
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from engram_viz.config import EngramConfig
 from engram_viz.core.schema import EMBED_NAME, ENGRAM_RE, is_engram_path_name, is_table_name
 from engram_viz.errors import CheckpointError
+from engram_viz.weights.hub import hub_folder, hub_name, is_hub_ref
 from engram_viz.weights.index import INDEX_FILE, read_json, read_weight_map
 from engram_viz.weights.safetensors import SafetensorsHeader, TensorInfo, read_safetensors_header
 from engram_viz.weights.tiny_folder import checkpoint_label, is_tiny_lm_folder
@@ -95,10 +96,11 @@ class CheckpointScan:
         """Where the weights come from, carried into every output (``SYNTHETIC ...`` for synthetic ones)."""
         if is_tiny_lm_folder(self.path):
             return checkpoint_label(self.path)
+        where = hub_name(self.path) or self.path  # a Hub checkpoint by its repository and commit
         if self.synthetic:
             m = self.marker or {}
-            return f"SYNTHETIC {m.get('config', cfg.name)} checkpoint (seed {m.get('seed', '?')}; random weights, not trained) at {self.path}"
-        return f"checkpoint {self.path} ({self.layout} layout, {len(self.files)} files)"
+            return f"SYNTHETIC {m.get('config', cfg.name)} checkpoint (seed {m.get('seed', '?')}; random weights, not trained) at {where}"
+        return f"checkpoint {where} ({self.layout} layout, {len(self.files)} files)"
 
     def describe(self) -> dict:
         """Plain-JSON summary (used by ``engram-viz inspect``)."""
@@ -133,6 +135,8 @@ def _name_order(e: TensorEntry) -> tuple:
 
 
 def _folder(path: str | Path) -> Path:
+    if is_hub_ref(path):  # a Hub repository: its Engram shards fetched into the Hub cache
+        return hub_folder(str(path))
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"checkpoint {path} does not exist")
@@ -140,7 +144,8 @@ def _folder(path: str | Path) -> Path:
 
 
 def scan_checkpoint(path: str | Path) -> CheckpointScan:
-    """Find the Engram-path tensors of a checkpoint folder (headers only, no tensor data)."""
+    """Find the Engram-path tensors of a checkpoint folder (headers only, no tensor data); a Hub
+    repository (``hf://owner/repo``) is fetched first (``hub.hub_folder``: its Engram shards)."""
     folder = _folder(path)
     mp_files: dict[int, tuple[int, Path]] = {}
     for p in folder.iterdir():

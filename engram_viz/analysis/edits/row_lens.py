@@ -104,7 +104,7 @@ def row_lens(
 class PositionLens:
     """A position's memory at one layer: ``gate`` (mean over streams), ``promoted`` /
     ``suppressed`` tokens of gate * value through the final norm, and ``rows``: one row per slot
-    (order, head, row, value_norm, value_share: the part's projection on the value / |value|^2)."""
+    (order, head, row, value_norm, value_share: the part's projection on the value / ``|value|^2``)."""
 
     prompt: str
     position: int

@@ -3,7 +3,7 @@ interference), and what an edit of it does to the others (collateral).
 
 Two n-grams that land in the same row of one head read the same memory there. For every position
 of some prompts and every one of its 24 rows this measures the row's effect at that layer by
-taking it out: the *one-head-out* change in gate (mean |change| over the streams) and in value
+taking it out: the *one-head-out* change in gate (mean ``|change|`` over the streams) and in value
 (L2) when that one row reads zeros, everything else (the layer's input streams, the other 23
 rows) as in the run. Per (position, order) it also takes out all of that order's heads whose row
 is a collision bucket of a corpus (``analysis.row_stats.row_index.RowIndex``) at once: the gate change
@@ -125,7 +125,7 @@ def collision_interference(pipeline: Pipeline, prompts, index: RowIndex) -> tupl
     """``(heads, orders)`` frames over every text position of ``prompts`` (module docstring).
 
     heads: prompt, position, token, layer, order, head, row, n_ngrams (corpus n-grams in the row),
-    collision, d_gate (one-head-out, mean |change| over streams), d_value (L2).
+    collision, d_gate (one-head-out, mean ``|change|`` over streams), d_value (L2).
     orders: prompt, position, token, layer, order, n_colliding (heads of the order whose row is a
     collision bucket), d_gate / d_value with all of them out at once (0 where none collides)."""
     heads, orders = [], []

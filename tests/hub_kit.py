@@ -1,0 +1,147 @@
+"""A small Hugging Face Hub on 127.0.0.1 for tests: the part of the Hub's HTTP API that
+``huggingface_hub.hf_hub_download`` speaks, over checkpoint folders on disk.
+
+``HEAD`` / ``GET /{owner}/{name}/resolve/{revision}/{path}`` with the Hub's headers (``X-Repo-Commit``,
+``ETag``, ``Content-Length``, byte ranges with ``206``), and its errors as the Hub sends them
+(``X-Error-Code``: ``RepoNotFound`` 404, ``GatedRepo`` 401 without a token, ``RevisionNotFound``,
+``EntryNotFound``). A repository may drop the connection mid-file: ``drop="always"`` (every
+transfer of that file breaks off) or ``drop="once"`` (the first one). Every request is logged.
+Point ``HF_ENDPOINT`` at :attr:`HubServer.url`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Self
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+_PATH = re.compile(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<file>.+)$")
+_RANGE = re.compile(r"^bytes=(\d+)-(\d*)$")
+
+
+@dataclass
+class Repo:
+    folder: Path
+    gated: bool = False
+    drop: dict[str, str] = field(default_factory=dict)  # file name -> "always" | "once"
+    commit: str = COMMIT
+
+
+@dataclass
+class Request:
+    method: str
+    repo: str
+    file: str
+    status: int
+    sent: int  # body bytes written
+
+
+class HubServer:
+    """``with HubServer({"owner/name": Repo(folder)}) as hub:`` serves them on a free port."""
+
+    def __init__(self, repos: dict[str, Repo]):
+        self.repos = repos
+        self.log: list[Request] = []
+        self._etags: dict[Path, str] = {}
+        self._dropped: set[tuple[str, str]] = set()
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def __enter__(self) -> Self:
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def downloads(self, repo: str) -> list[str]:
+        """The files whose bytes were sent (GET, 200 or 206), in order."""
+        return [r.file for r in self.log if r.repo == repo and r.method == "GET" and r.status in (200, 206)]
+
+    def bytes_sent(self, repo: str) -> int:
+        return sum(r.sent for r in self.log if r.repo == repo)
+
+    def etag(self, path: Path) -> str:
+        with self._lock:
+            if path not in self._etags:
+                self._etags[path] = hashlib.sha256(path.read_bytes()).hexdigest()
+            return self._etags[path]
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        hub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:  # quiet
+                pass
+
+            def do_HEAD(self) -> None:
+                self._serve(body=False)
+
+            def do_GET(self) -> None:
+                self._serve(body=True)
+
+            def _error(self, status: int, code: str, repo: str, file: str, commit: str | None = None) -> None:
+                self.send_response(status)
+                self.send_header("X-Error-Code", code)
+                self.send_header("X-Error-Message", code)
+                if commit:
+                    self.send_header("X-Repo-Commit", commit)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                hub.log.append(Request(self.command, repo, file, status, 0))
+
+            def _serve(self, body: bool) -> None:
+                m = _PATH.match(self.path.split("?")[0])
+                if not m:
+                    return self._error(404, "RepoNotFound", "", self.path)
+                name, rev, file = m["repo"], m["rev"], m["file"]
+                repo = hub.repos.get(name)
+                if repo is None:
+                    return self._error(404, "RepoNotFound", name, file)
+                if repo.gated and not self.headers.get("Authorization"):
+                    return self._error(401, "GatedRepo", name, file)
+                if rev not in ("main", repo.commit):
+                    return self._error(404, "RevisionNotFound", name, file)
+                path = repo.folder / file
+                if not path.is_file():
+                    return self._error(404, "EntryNotFound", name, file, repo.commit)
+                size = path.stat().st_size
+                start, end = 0, size - 1
+                ranged = _RANGE.match(self.headers.get("Range", ""))
+                if ranged:
+                    start = int(ranged[1])
+                    end = int(ranged[2]) if ranged[2] else size - 1
+                self.send_response(206 if ranged else 200)
+                self.send_header("X-Repo-Commit", repo.commit)
+                self.send_header("ETag", f'"{hub.etag(path)}"')
+                self.send_header("Accept-Ranges", "bytes")
+                self.send_header("Content-Length", str(end - start + 1))
+                if ranged:
+                    self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
+                self.end_headers()
+                if not body:
+                    return hub.log.append(Request("HEAD", name, file, 200, 0))
+                data = path.read_bytes()[start : end + 1]
+                mode = repo.drop.get(file)
+                if mode == "always" or (mode == "once" and (name, file) not in hub._dropped):
+                    hub._dropped.add((name, file))
+                    data = data[: len(data) // 2] if not ranged else b""  # a resume gets nothing new
+                    self.wfile.write(data)
+                    self.wfile.flush()
+                    self.close_connection = True
+                    hub.log.append(Request("GET", name, file, -1, len(data)))  # -1: broken off
+                    return None
+                self.wfile.write(data)
+                hub.log.append(Request("GET", name, file, 206 if ranged else 200, len(data)))
+                return None
+
+        return Handler
