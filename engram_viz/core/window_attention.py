@@ -19,6 +19,7 @@ the probabilities differ by at most one bf16 rounding (its stated fidelity is ab
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -30,9 +31,25 @@ Linear = Callable[[torch.Tensor], torch.Tensor]
 QUERY_CHUNK = 256  # queries per score block: [B, H, 256, T] float32 at a time
 
 
-def rope_angles(rope_dim: int, length: int, theta: float, device: torch.device | None = None) -> torch.Tensor:
-    """``[T, r / 2]`` complex64 unit rotations (reference ``precompute_freqs_cis`` without YaRN)."""
+def rope_angles(
+    rope_dim: int, length: int, theta: float, device: torch.device | None = None, yarn: tuple | None = None
+) -> torch.Tensor:
+    """``[T, r / 2]`` complex64 unit rotations (reference ``precompute_freqs_cis``). ``yarn`` =
+    ``(original_seq_len, factor, beta_fast, beta_slow)``: the frequencies whose wavelength exceeds the
+    training context are divided by ``factor``, those inside it kept, a linear ramp between."""
     freqs = 1.0 / (theta ** (torch.arange(0, rope_dim, 2, dtype=torch.float32, device=device) / rope_dim))
+    if yarn is not None and yarn[0] > 0:
+        original, factor, beta_fast, beta_slow = yarn
+
+        def dim_of(turns: float) -> float:  # the dim completing ``turns`` rotations over the training context
+            return rope_dim * math.log(original / (turns * 2 * math.pi)) / (2 * math.log(theta))
+
+        low, high = max(math.floor(dim_of(beta_fast)), 0), min(math.ceil(dim_of(beta_slow)), rope_dim - 1)
+        ramp = ((torch.arange(rope_dim // 2, dtype=torch.float32, device=device) - low) / max(high - low, 1e-3)).clamp(
+            0, 1
+        )
+        smooth = 1 - ramp
+        freqs = freqs / factor * (1 - smooth) + freqs * smooth
     angles = torch.outer(torch.arange(length, dtype=torch.float32, device=device), freqs)
     return torch.polar(torch.ones_like(angles), angles)
 
@@ -80,12 +97,19 @@ def window_attention(x: torch.Tensor, w: dict[str, torch.Tensor], lin: dict[str,
 
     ``w``: ``attn_sink``, ``q_norm``, ``kv_norm``, ``wo_a`` (bf16 ``[G * o_lora, H * D / G]``);
     ``lin``: the fp8 GEMMs ``wq_a``, ``wq_b``, ``wkv``, ``wo_b``; ``cfg``: a Block0Config."""
-    b, t, _ = x.shape
-    h, d, g = cfg.n_heads, cfg.head_dim, cfg.o_groups
+    t = x.shape[1]
+    h, d = cfg.n_heads, cfg.head_dim
     rot = rope_angles(cfg.rope_head_dim, t, cfg.rope_theta, x.device)
     qr = rms_norm(lin["wq_a"](x), w["q_norm"], cfg.norm_eps)
     q = rope(lin["wq_b"](qr).unflatten(-1, (h, d)), rot)
     kv = fp8_round_trip(rope(rms_norm(lin["wkv"](x), w["kv_norm"], cfg.norm_eps), rot))
     o = rope(window_attend(q, kv, w["attn_sink"], cfg.window_size, d**-0.5), rot, inverse=True)
-    o = torch.einsum("bsgd,grd->bsgr", o.view(b, t, g, -1), w["wo_a"].view(g, cfg.o_lora_rank, -1))
-    return lin["wo_b"](o.flatten(2))
+    return project_out(o, w["wo_a"], lin["wo_b"], cfg)
+
+
+def project_out(o: torch.Tensor, wo_a: torch.Tensor, wo_b: Linear, cfg) -> torch.Tensor:
+    """Heads ``o [B, T, H, D]`` bf16 -> ``[B, T, dim]``: per group g of H / G heads ``o_g @ wo_a[g]^T``
+    (bf16, block-diagonal), then the fp8 GEMM ``wo_b`` of the flattened groups."""
+    b, t, g = o.shape[0], o.shape[1], cfg.o_groups
+    o = torch.einsum("bsgd,grd->bsgr", o.reshape(b, t, g, -1), wo_a.view(g, cfg.o_lora_rank, -1))
+    return wo_b(o.flatten(2))
