@@ -16,8 +16,7 @@ For ``x [B, T, dim]`` bf16, ratio ``r``, ``Tc = T // r`` compressed positions, R
     o         = sink-softmax attention over window keys t-W+1..t and ckv[chosen]     bf16 [B, T, H, D]
 
 The shared tensors (``ckv``, ``index_k``, ``chosen``) pass from source layers to the layers after them
-in a :class:`SharedKV`. The softmax follows the kernel: an online maximum over blocks of 64 indices,
-probabilities rounded to bf16 against it before the value product, the sink in the denominator only.
+in a :class:`SharedKV`; the attention itself is ``core.sparse_attention.sparse_attend``.
 """
 
 from __future__ import annotations
@@ -29,10 +28,9 @@ import torch.nn.functional as F
 
 from engram_viz.core.fp4 import fp4_act_round_trip
 from engram_viz.core.hyper import rms_norm
+from engram_viz.core.sparse_attention import sparse_attend, window_indices
 from engram_viz.core.window_attention import Linear, fp8_round_trip, project_out, rope, rope_angles
 
-SPARSE_BLOCK = 64  # indices per online-softmax step (the kernel's block)
-QUERY_CHUNK = 64  # queries per gather: [B, 64, 64, D] float32 keys at a time
 INDEX_CHUNK = 256  # queries per index-score block: [B, 256, nh, Tc] bf16
 
 
@@ -43,45 +41,6 @@ class SharedKV:
     compress_kv: torch.Tensor | None = None  # [B, Tc, D] bf16, RoPE'd and fp4-rounded
     index_k: torch.Tensor | None = None  # [B, Tc, ihd] bf16
     chosen: torch.Tensor | None = None  # [B, T, k] int64 compressed positions, -1 where none
-
-
-def window_indices(t: int, window: int, device: torch.device | None = None) -> torch.Tensor:
-    """``[T, min(T, W)]`` int64: query s attends to keys ``max(0, s - W + 1) ..`` in order, -1 past s."""
-    end = torch.arange(t, device=device).unsqueeze(1)
-    idx = (end - window + 1).clamp_min(0) + torch.arange(min(t, window), device=device)
-    return torch.where(idx > end, -1, idx)
-
-
-def sparse_attend(
-    q: torch.Tensor, kv: torch.Tensor, sink: torch.Tensor, idx: torch.Tensor, scale: float
-) -> torch.Tensor:
-    """``q [B, T, H, D]``, ``kv [B, N, D]``, ``idx [B, T, K]`` (-1: nothing), ``sink [H]`` -> bf16 ``[B, T, H, D]``."""
-    b, t, h, d = q.shape
-    kvf = kv.float()
-    out = torch.empty(b, t, h, d, dtype=torch.bfloat16, device=q.device)
-    batch = torch.arange(b, device=q.device).view(b, 1, 1)
-    scale_t = torch.tensor(scale, dtype=torch.float32)
-    for a in range(0, t, QUERY_CHUNK):
-        z = min(a + QUERY_CHUNK, t)
-        qf = q[:, a:z].float()
-        acc = torch.zeros(b, z - a, h, d, dtype=torch.float32, device=q.device)
-        total = torch.zeros(b, z - a, h, dtype=torch.float32, device=q.device)
-        top = torch.full((b, z - a, h), -1e30, dtype=torch.float32, device=q.device)  # all -1 rows give 0
-        for k in range(0, idx.shape[-1], SPARSE_BLOCK):
-            ids = idx[:, a:z, k : k + SPARSE_BLOCK]
-            valid = ids >= 0
-            keys = kvf[batch, ids.clamp_min(0)] * valid.unsqueeze(-1)  # [B, q, blk, D]
-            s = torch.einsum("bmhd,bmkd->bmhk", qf, keys)
-            s = torch.where(valid.unsqueeze(2), s, -torch.inf) * scale_t
-            prev, top = top, torch.maximum(top, s.amax(-1))
-            rescale = torch.exp(prev - top)
-            p = torch.exp(s - top.unsqueeze(-1))
-            total = total * rescale + p.sum(-1)
-            pv = torch.einsum("bmhk,bmkd->bmhd", p.to(torch.bfloat16).float(), keys)
-            acc = acc * rescale.unsqueeze(-1) + pv
-        total = total + torch.exp(sink.float() - top)
-        out[:, a:z] = (acc / total.unsqueeze(-1)).to(torch.bfloat16)
-    return out
 
 
 def compress(x: torch.Tensor, w: dict[str, torch.Tensor], ratio: int, eps: float) -> torch.Tensor | None:
