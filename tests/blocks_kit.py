@@ -24,7 +24,10 @@ from engram_viz.weights.synthetic import write_synthetic_checkpoint
 
 ENGRAM_LAYERS = (1, 6)
 INDEX_TOPK = 16
-WIDTHS = {64: dict(n_heads=4, head_dim=64), 128: dict(n_heads=4, head_dim=64, q_lora_rank=64, moe_inter_dim=96)}
+WIDTHS = {
+    64: {"n_heads": 4, "head_dim": 64},
+    128: {"n_heads": 4, "head_dim": 64, "q_lora_rank": 64, "moe_inter_dim": 96},
+}
 
 
 def engram_config(dim: int) -> EngramConfig:
@@ -35,28 +38,28 @@ def engram_config(dim: int) -> EngramConfig:
 
 
 def blocks_config(dim: int) -> BlocksConfig:
-    base = dict(
-        dim=dim,
-        rope_head_dim=16,
-        q_lora_rank=32,
-        o_groups=2,
-        o_lora_rank=32,
-        window_size=8,
-        n_routed_experts=8,
-        n_activated_experts=3,
-        moe_inter_dim=64,
-        n_layers=8,
-        compress_ratios=(0, 0, 2, 2, 2, 2, 1, 1),
-        kv_source_layers=(2, 5),
-        index_source_layers=(2, 4, 5),
-        index_n_heads=4,
-        index_head_dim=32,
-        index_topk=INDEX_TOPK,
-        original_seq_len=64,  # below the prompt lengths: the YaRN ramp matters
-        rope_factor=4.0,
-        candidate_source_layer=-1,
-        engram_layer_ids=ENGRAM_LAYERS,
-    )
+    base = {
+        "dim": dim,
+        "rope_head_dim": 16,
+        "q_lora_rank": 32,
+        "o_groups": 2,
+        "o_lora_rank": 32,
+        "window_size": 8,
+        "n_routed_experts": 8,
+        "n_activated_experts": 3,
+        "moe_inter_dim": 64,
+        "n_layers": 8,
+        "compress_ratios": (0, 0, 2, 2, 2, 2, 1, 1),
+        "kv_source_layers": (2, 5),
+        "index_source_layers": (2, 4, 5),
+        "index_n_heads": 4,
+        "index_head_dim": 32,
+        "index_topk": INDEX_TOPK,
+        "original_seq_len": 64,  # below the prompt lengths: the YaRN ramp matters
+        "rope_factor": 4.0,
+        "candidate_source_layer": -1,
+        "engram_layer_ids": ENGRAM_LAYERS,
+    }
     return BlocksConfig(**{**base, **WIDTHS[dim]})
 
 
