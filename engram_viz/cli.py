@@ -292,7 +292,8 @@ def _add_report(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--streams",
         default="auto",
-        help="auto, model, embedding, block0 (the checkpoint's own block 0: real layer-1 streams) "
+        help="auto, model (the tiny LM's, or a checkpoint's own blocks: true streams for every Engram layer), "
+        "embedding, block0 (the checkpoint's own block 0: real layer-1 streams) "
         "or a captured-streams .safetensors file (default: auto)",
     )
     _device_arg(p)

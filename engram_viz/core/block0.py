@@ -28,11 +28,12 @@ from typing import Protocol
 import torch
 
 from engram_viz.core.block0_config import Block0Config
-from engram_viz.core.hyper import collapse, expand, hc_mixes, rms_norm, stream0
+from engram_viz.core.blocks import block
+from engram_viz.core.compressed_attention import SharedKV
+from engram_viz.core.hyper import stream0
 from engram_viz.core.image_merge import ImageInput, merge_images
-from engram_viz.core.moe import Linear, moe
+from engram_viz.core.moe import Linear
 from engram_viz.core.vit import VisionSource
-from engram_viz.core.window_attention import window_attention
 from engram_viz.errors import InputError
 
 
@@ -49,40 +50,20 @@ class Block0Source(Protocol):
     def embed(self, raw_ids: torch.Tensor) -> torch.Tensor: ...  # [B, T] -> bf16 [B, T, dim]
 
 
-def _mixes(x: torch.Tensor, src: Block0Source, sub: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    cfg = src.config
-    return hc_mixes(
-        x,
-        src.tensor(f"hc_{sub}_fn"),
-        src.tensor(f"hc_{sub}_scale"),
-        src.tensor(f"hc_{sub}_base"),
-        norm_eps=cfg.norm_eps,
-        iters=cfg.hc_sinkhorn_iters,
-        eps=cfg.hc_eps,
-    )
-
-
 def block0(h: torch.Tensor, src: Block0Source, image: torch.Tensor | None = None) -> torch.Tensor:
-    """Block 0 on the streams ``h [B, T, hc, dim]`` bf16 -> bf16 ``[B, T, hc, dim]`` (the input of layer 1)."""
-    cfg = src.config
-    a_pre, a_post, a_comb = _mixes(h, src, "attn")
-    attn_w = {k: src.tensor(f"attn.{k}") for k in ("attn_sink", "q_norm.weight", "kv_norm.weight", "wo_a.weight")}
-    attn_w = {k.removesuffix(".weight"): v for k, v in attn_w.items()}
-    attn_lin = {k: src.linear(f"attn.{k}") for k in ("wq_a", "wq_b", "wkv", "wo_b")}
-    y = window_attention(
-        rms_norm(collapse(h, stream0(h)), src.tensor("attn_norm.weight"), cfg.norm_eps), attn_w, attn_lin, cfg
-    )
-    x = expand(y, h, a_post, a_comb)
-    _, f_post, f_comb = _mixes(x, src, "ffn")
-    moe_w = {
-        "gate": src.tensor("ffn.gate.weight"),
-        "bias": src.tensor("ffn.gate.bias"),
-        "bias_vl": src.tensor("ffn.gate.bias_vl"),
-    }
-    w1, w2, w3 = (src.linear(f"ffn.shared_experts.{k}") for k in ("w1", "w2", "w3"))
-    shared = (w1, w2, w3)
-    f_in = rms_norm(collapse(x, a_pre), src.tensor("ffn_norm.weight"), cfg.norm_eps)
-    return expand(moe(f_in, moe_w, shared, src.expert, cfg, image), x, f_post, f_comb)
+    """Block 0 on the streams ``h [B, T, hc, dim]`` bf16 -> bf16 ``[B, T, hc, dim]`` (the input of layer 1):
+    ``core.blocks.block`` with the one-hot pre mix on stream 0."""
+    return block(h, stream0(h), _Layer0(src), src.config, 0, SharedKV(), image)[0]
+
+
+class _Layer0:
+    """A Block0Source seen as block 0's ``core.blocks.LayerSource``."""
+
+    def __init__(self, src: Block0Source):
+        self.tensor, self.linear, self.expert = src.tensor, src.linear, src.expert
+
+    def has(self, name: str) -> bool:
+        return True  # a Block0Source holds every block-0 tensor (checked when opened)
 
 
 def block0_streams(

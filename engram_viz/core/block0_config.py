@@ -70,6 +70,9 @@ class Block0Config:
     def __post_init__(self) -> None:
         if self.compress_ratio != 0:
             raise ConfigError(f"compress_ratios[0] is {self.compress_ratio}; block 0 must be sliding-window only (0)")
+        self._check_widths()
+
+    def _check_widths(self) -> None:
         if self.score_func != "sqrtsoftplus":
             raise ConfigError(f"score_func is {self.score_func!r}; block 0 is ported for 'sqrtsoftplus' only")
         for name in ("dim", "q_lora_rank", "head_dim", "moe_inter_dim"):
@@ -112,17 +115,18 @@ def _blocks(n: int, k: int) -> tuple[int, int]:
     return -(-n // FP8_BLOCK_SIZE), -(-k // FP8_BLOCK_SIZE)
 
 
-def expert_names(e: int) -> dict[str, str]:
+def expert_names(e: int, prefix: str = PREFIX) -> dict[str, str]:
     """Checkpoint names of routed expert ``e``'s fp4 weights and scales, keyed ``w1``, ``w1.scale``, ..."""
-    p = f"{PREFIX}ffn.experts.{e}."
+    p = f"{prefix}ffn.experts.{e}."
     return {
         k: p + k + (".weight" if "." not in k else "") for k in ("w1", "w1.scale", "w2", "w2.scale", "w3", "w3.scale")
     }
 
 
-def dense_tensors(cfg: Block0Config) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """Every block-0 tensor but the routed experts: name -> (safetensors dtype, shape)."""
-    d, hc, p = cfg.dim, cfg.hc_mult, PREFIX
+def dense_tensors(cfg: Block0Config, prefix: str = PREFIX) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """Every block-0 tensor but the routed experts: name -> (safetensors dtype, shape). Every block has
+    these (``prefix`` ``layers.{n}.``); compressed-KV blocks add ``core.blocks_config.attention_extras``."""
+    d, hc, p = cfg.dim, cfg.hc_mult, prefix
     hd = cfg.n_heads * cfg.head_dim
     out: dict[str, tuple[str, tuple[int, ...]]] = {}
     for sub in ("attn", "ffn"):
@@ -152,9 +156,9 @@ def dense_tensors(cfg: Block0Config) -> dict[str, tuple[str, tuple[int, ...]]]:
     return out
 
 
-def expert_tensors(cfg: Block0Config, e: int) -> dict[str, tuple[str, tuple[int, ...]]]:
+def expert_tensors(cfg: Block0Config, e: int, prefix: str = PREFIX) -> dict[str, tuple[str, tuple[int, ...]]]:
     """Routed expert ``e``'s tensors: fp4 weights (logical shape ``[out, in]``) and e8m0 scales ``[out, in / 32]``."""
-    n = expert_names(e)
+    n = expert_names(e, prefix)
     shapes = {
         "w1": (cfg.moe_inter_dim, cfg.dim),
         "w2": (cfg.dim, cfg.moe_inter_dim),

@@ -55,6 +55,37 @@ def encode_fp4(x: torch.Tensor) -> torch.Tensor:
     return (code[..., 0::2] | (code[..., 1::2] << 4)).contiguous()
 
 
+FP4_MAX = 6.0
+_FP4_MAX_INV = torch.tensor(1.0 / FP4_MAX, dtype=torch.float32)  # the kernel multiplies by this float32
+_E2M1_MIDS = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])  # midpoints between grid values
+_TIE_UP = torch.tensor([False, True, False, True, False, True, False])  # ties go to the even code
+
+
+def _e2m1_round(v: torch.Tensor) -> torch.Tensor:
+    """float32 in [-6, 6] -> the nearest e2m1 value (ties to the even code), sign kept."""
+    mag = v.abs().unsqueeze(-1)
+    mids, up = _E2M1_MIDS.to(v.device), _TIE_UP.to(v.device)
+    code = (mag > mids).sum(-1) + ((mag == mids) & up).sum(-1)
+    return torch.where(torch.signbit(v), -1.0, 1.0) * _TABLE.to(v.device)[code]
+
+
+def fp4_act_round_trip(x: torch.Tensor, block: int = FP4_BLOCK, e4m3_scale: bool = False) -> torch.Tensor:
+    """The reference ``fp4_act_quant(x, block, inplace=True)`` on bf16 ``x [..., K]``: per ``block`` values,
+    e2m1 codes with a scale, dequantised, back to bf16. Scales: e8m0 (the indexer's q / k, groups of 32):
+    the power of two at or above ``amax * fl32(1/6)``, amax floored at ``6 * 2^-126``; e4m3 (compressed KV,
+    groups of 16): ``e4m3(amax / 6)``, amax floored at ``6 * 2^-9``."""
+    g = x.float().unflatten(-1, (-1, block))
+    amax = g.abs().amax(-1)
+    if e4m3_scale:
+        s = (amax.clamp_min(6 * 2.0**-9) / FP4_MAX).clamp(-fp8.E4M3_MAX, fp8.E4M3_MAX).to(torch.float8_e4m3fn).float()
+    else:
+        x32 = (amax.clamp_min(6 * 2.0**-126) * _FP4_MAX_INV.to(x.device)).contiguous()
+        bits = x32.view(torch.int32)
+        s = (((bits >> 23) + ((bits & ((1 << 23) - 1)) != 0).to(torch.int32)) << 23).view(torch.float32)
+    v = (g / s.unsqueeze(-1)).clamp(-FP4_MAX, FP4_MAX)
+    return (_e2m1_round(v) * s.unsqueeze(-1)).flatten(-2).to(x.dtype)
+
+
 def linear_fp4(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """The reference fp4 GEMM on a dequantised float32 weight ``[N, K]``: same as the fp8 one
     (activations quantised per 32 values, float32 accumulation, bf16 out)."""
@@ -66,4 +97,13 @@ def fp4_linear(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor) -> to
     return linear_fp4(x, dequantize_fp4(packed, scale))
 
 
-__all__ = ["E2M1_GRID", "FP4_BLOCK", "dequantize_fp4", "encode_fp4", "fp4_codes", "fp4_linear", "linear_fp4"]
+__all__ = [
+    "E2M1_GRID",
+    "FP4_BLOCK",
+    "dequantize_fp4",
+    "encode_fp4",
+    "fp4_act_round_trip",
+    "fp4_codes",
+    "fp4_linear",
+    "linear_fp4",
+]

@@ -12,27 +12,44 @@ key-value head (K = V)::
     o   = per group g of H / G heads: o_g @ wo_a[g]^T (bf16) -> [B, T, G, o_lora]; wo_b(o.flatten) (fp8 GEMM)
 
 RoPE: adjacent pairs as complex numbers, frequencies ``theta^(-2i / r)`` (no YaRN for a window-only
-block), positions from 0 (a prefill). The reference normalises the softmax with a running maximum over
-blocks of 64 keys and rounds the probabilities to bf16 against it; with the final maximum used here
-the probabilities differ by at most one bf16 rounding (its stated fidelity is about one bf16 ulp).
+block; YaRN for compressed ones), positions from 0 (a prefill). The softmax is the kernel's
+(``core.sparse_attention``: a running maximum over blocks of 64 keys, probabilities rounded to bf16
+against it), over each query's window listed as indices.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
 
 from engram_viz.core import fp8
 from engram_viz.core.hyper import rms_norm
+from engram_viz.core.sparse_attention import sparse_attend, window_indices
 
 Linear = Callable[[torch.Tensor], torch.Tensor]
-QUERY_CHUNK = 256  # queries per score block: [B, H, 256, T] float32 at a time
 
 
-def rope_angles(rope_dim: int, length: int, theta: float, device: torch.device | None = None) -> torch.Tensor:
-    """``[T, r / 2]`` complex64 unit rotations (reference ``precompute_freqs_cis`` without YaRN)."""
+def rope_angles(
+    rope_dim: int, length: int, theta: float, device: torch.device | None = None, yarn: tuple | None = None
+) -> torch.Tensor:
+    """``[T, r / 2]`` complex64 unit rotations (reference ``precompute_freqs_cis``). ``yarn`` =
+    ``(original_seq_len, factor, beta_fast, beta_slow)``: the frequencies whose wavelength exceeds the
+    training context are divided by ``factor``, those inside it kept, a linear ramp between."""
     freqs = 1.0 / (theta ** (torch.arange(0, rope_dim, 2, dtype=torch.float32, device=device) / rope_dim))
+    if yarn is not None and yarn[0] > 0:
+        original, factor, beta_fast, beta_slow = yarn
+
+        def dim_of(turns: float) -> float:  # the dim completing ``turns`` rotations over the training context
+            return rope_dim * math.log(original / (turns * 2 * math.pi)) / (2 * math.log(theta))
+
+        low, high = max(math.floor(dim_of(beta_fast)), 0), min(math.ceil(dim_of(beta_slow)), rope_dim - 1)
+        ramp = ((torch.arange(rope_dim // 2, dtype=torch.float32, device=device) - low) / max(high - low, 1e-3)).clamp(
+            0, 1
+        )
+        smooth = 1 - ramp
+        freqs = freqs / factor * (1 - smooth) + freqs * smooth
     angles = torch.outer(torch.arange(length, dtype=torch.float32, device=device), freqs)
     return torch.polar(torch.ones_like(angles), angles)
 
@@ -52,40 +69,25 @@ def fp8_round_trip(x: torch.Tensor) -> torch.Tensor:
     return fp8.dequantize_blockwise(*fp8.quantize_blockwise(x)).to(x.dtype)
 
 
-def window_attend(q: torch.Tensor, kv: torch.Tensor, sink: torch.Tensor, window: int, scale: float) -> torch.Tensor:
-    """``q [B, T, H, D]``, ``kv [B, T, D]``, ``sink [H]`` -> bf16 ``[B, T, H, D]``: each query t attends to
-    keys ``max(0, t - window + 1) .. t`` plus a per-head sink logit (in the denominator only)."""
-    b, t, h, d = q.shape
-    kvf = kv.float()
-    out = torch.empty(b, t, h, d, dtype=torch.bfloat16, device=q.device)
-    keys = torch.arange(t, device=q.device)
-    for a in range(0, t, QUERY_CHUNK):
-        z = min(a + QUERY_CHUNK, t)
-        lo = max(0, a - window + 1)
-        qs = torch.arange(a, z, device=q.device)[:, None]
-        ks = keys[lo:z][None, :]
-        allowed = (ks <= qs) & (ks > qs - window)  # [tq, tk]
-        s = torch.einsum("bqhd,bkd->bhqk", q[:, a:z].float(), kvf[:, lo:z]) * scale
-        s = s.masked_fill(~allowed, -torch.inf)
-        top = s.amax(-1, keepdim=True)  # every query sees itself: finite
-        p = torch.exp(s - top)
-        denom = p.sum(-1) + torch.exp(sink.float().view(1, h, 1) - top.squeeze(-1))
-        o = torch.einsum("bhqk,bkd->bqhd", p.to(torch.bfloat16).float(), kvf[:, lo:z])
-        out[:, a:z] = (o / denom.permute(0, 2, 1).unsqueeze(-1)).to(torch.bfloat16)
-    return out
-
-
 def window_attention(x: torch.Tensor, w: dict[str, torch.Tensor], lin: dict[str, Linear], cfg) -> torch.Tensor:
     """Block 0's attention on ``x [B, T, dim]`` bf16 (a prefill from position 0) -> bf16 ``[B, T, dim]``.
 
     ``w``: ``attn_sink``, ``q_norm``, ``kv_norm``, ``wo_a`` (bf16 ``[G * o_lora, H * D / G]``);
     ``lin``: the fp8 GEMMs ``wq_a``, ``wq_b``, ``wkv``, ``wo_b``; ``cfg``: a Block0Config."""
-    b, t, _ = x.shape
-    h, d, g = cfg.n_heads, cfg.head_dim, cfg.o_groups
+    t = x.shape[1]
+    h, d = cfg.n_heads, cfg.head_dim
     rot = rope_angles(cfg.rope_head_dim, t, cfg.rope_theta, x.device)
     qr = rms_norm(lin["wq_a"](x), w["q_norm"], cfg.norm_eps)
     q = rope(lin["wq_b"](qr).unflatten(-1, (h, d)), rot)
     kv = fp8_round_trip(rope(rms_norm(lin["wkv"](x), w["kv_norm"], cfg.norm_eps), rot))
-    o = rope(window_attend(q, kv, w["attn_sink"], cfg.window_size, d**-0.5), rot, inverse=True)
-    o = torch.einsum("bsgd,grd->bsgr", o.view(b, t, g, -1), w["wo_a"].view(g, cfg.o_lora_rank, -1))
-    return lin["wo_b"](o.flatten(2))
+    idx = window_indices(t, cfg.window_size, x.device).expand(x.shape[0], -1, -1)
+    o = rope(sparse_attend(q, kv, w["attn_sink"], idx, d**-0.5), rot, inverse=True)
+    return project_out(o, w["wo_a"], lin["wo_b"], cfg)
+
+
+def project_out(o: torch.Tensor, wo_a: torch.Tensor, wo_b: Linear, cfg) -> torch.Tensor:
+    """Heads ``o [B, T, H, D]`` bf16 -> ``[B, T, dim]``: per group g of H / G heads ``o_g @ wo_a[g]^T``
+    (bf16, block-diagonal), then the fp8 GEMM ``wo_b`` of the flattened groups."""
+    b, t, g = o.shape[0], o.shape[1], cfg.o_groups
+    o = torch.einsum("bsgd,grd->bsgr", o.reshape(b, t, g, -1), wo_a.view(g, cfg.o_lora_rank, -1))
+    return wo_b(o.flatten(2))

@@ -10,7 +10,9 @@
   streams) unless other streams are asked for.
 - **streams** (what each Engram layer reads as ``x``; its label goes into every Trace):
   ``"auto"`` (the model's own streams when the weights are a whole model, else embedding
-  streams), ``"model"``, ``"embedding"`` (``streams.embedding_streams``: the token embedding
+  streams), ``"model"`` (on a checkpoint folder holding every block before the last Engram layer it runs
+  them: ``block_streams.BlockStreams``, true streams for every Engram layer, chained with the Engram
+  layers), ``"embedding"`` (``streams.embedding_streams``: the token embedding
   repeated into hc streams, a proxy for later layers), ``"block0"`` (``streams.Block0Streams``: the
   checkpoint's own embed + block 0, the model's own streams for layer 1; later layers get the same
   streams and their label says they need captured or attached ones), a captured-streams safetensors path
@@ -210,7 +212,13 @@ class Pipeline:
 
     def _setup_streams(self, streams: str | Path | StreamsFn) -> None:
         self.streams_source: StreamSource = choose_stream_source(
-            streams, self.config, lm=self.lm, checkpoint=self.checkpoint, model_label=self.model_label
+            streams,
+            self.config,
+            lm=self.lm,
+            checkpoint=self.checkpoint,
+            model_label=self.model_label,
+            mode=self.mode,
+            device=self.device.type,
         )
         self.streams_label = self.streams_source.label  # the last run's label (a run may add clauses)
 
@@ -348,6 +356,8 @@ class Pipeline:
             for li, (n, engram) in enumerate(self.engrams.items()):
                 x = self.streams_source(input_ids, token_types, n, images).x
                 out[n] = engram(x.to(self.device), hashes[:, :, li].to(self.device), mask.to(self.device))
+                if getattr(self.streams_source, "chains", False):  # the blocks after n continue from its output
+                    cast(Any, self.streams_source).engram_output(n, out[n])
         return out
 
     def run_with_cache(
@@ -386,6 +396,8 @@ class Pipeline:
         chunks = [[built[i] for i in order[j : j + size]] for j in range(0, len(built), size)]
         if progress:
             chunks = progress_bar(chunks, desc="engram-viz run", unit="batch")
+        if hasattr(self.streams_source, "progress"):  # a bar per block too
+            cast(Any, self.streams_source).progress = progress
         parts = []
         for chunk in chunks:
             ids, types, lengths = self._pad(chunk)

@@ -6,6 +6,8 @@ Each is a :class:`~engram_viz.run.streams.StreamSource`: a ``name`` (the Trace m
 
 - :class:`ModelStreams` (``"model"``): the tiny Engram LM's own streams, read at the
   ``engram.L{n}.streams`` hook site of a full forward (a Pipeline on such a model runs it whole);
+- ``block_streams.BlockStreams`` (``"model"`` on a checkpoint with its blocks): embed + the blocks before
+  the last Engram layer, chained with the Pipeline's Engram layers;
 - :class:`EmbeddingStreams` (``"embedding"``): ``streams.embedding_streams``, the proxy;
 - :class:`CapturedStreams` (``"captured"``): a captured-streams file, whose prompts are its ``input_ids``;
 - :class:`CallableStreams` (``"callable"``): a user ``fn(input_ids, token_types, layer) -> x``;
@@ -26,7 +28,8 @@ import torch
 
 from engram_viz.config import TEXT, EngramConfig
 from engram_viz.core.engram import Engram
-from engram_viz.errors import StreamsError
+from engram_viz.errors import CheckpointError, StreamsError
+from engram_viz.run.block_streams import BlockStreams
 from engram_viz.run.streams import (
     BatchImages,
     Block0Streams,
@@ -153,20 +156,27 @@ def choose_stream_source(
     lm: TinyEngramLM | None = None,
     checkpoint: Any = None,
     model_label: str = "",
+    mode: str = "fp8",
+    device: str = "cpu",
 ) -> StreamSource:
     """The source ``streams=`` asks for (``Pipeline``'s docstring): ``lm`` is the whole model when the
-    weights are one, else ``checkpoint`` holds the Engram layers (``model_label`` names them)."""
+    weights are one, else ``checkpoint`` holds the Engram layers (``model_label`` names them); ``"model"`` on a
+    checkpoint runs its blocks (``block_streams.BlockStreams``, its cache keyed by ``mode`` and ``device``)."""
     if callable(streams):
         return CallableStreams(streams, config)
     if streams == "auto":
         streams = "model" if lm is not None else "embedding"
     if streams == "model":
-        if lm is None:
+        if lm is not None:
+            return ModelStreams(lm)
+        try:
+            return BlockStreams.open(checkpoint, config, mode, device)
+        except CheckpointError as err:
             raise StreamsError(
-                "streams='model' needs weights that are a whole model (the tiny Engram LM); "
-                f"{model_label!r} holds Engram layers only: use 'embedding' or a captured-streams file"
-            )
-        return ModelStreams(lm)
+                "streams='model' needs weights that are a whole model (the tiny Engram LM) or a checkpoint "
+                f"folder holding every block before the last Engram layer; {model_label!r}: {err} "
+                "(use 'embedding', 'block0' or a captured-streams file)"
+            ) from None
     if streams == "embedding":
         return EmbeddingStreams(checkpoint)
     if streams == "block0":

@@ -42,7 +42,7 @@ def _fp4_weight(shape: tuple[int, int], g: torch.Generator) -> tuple[torch.Tenso
 
 
 def _dense(name: str, dtype: str, shape: tuple[int, ...], cfg: Block0Config, g: torch.Generator) -> torch.Tensor:
-    short = name.removeprefix(PREFIX)
+    short = name.split(".", 2)[2] if name.startswith("layers.") else name  # relative to its block
     if dtype == "F8_E8M0":
         raise AssertionError("scales are drawn with their weights")
     if short.endswith("norm.weight"):
@@ -59,10 +59,13 @@ def _dense(name: str, dtype: str, shape: tuple[int, ...], cfg: Block0Config, g: 
     return (torch.randn(shape, generator=g) / math.sqrt(shape[1])).to(torch.bfloat16)
 
 
-def block0_tensors(cfg: Block0Config, gen: GeneratorFn, experts: bool = True) -> dict[str, torch.Tensor]:
-    """Every block-0 tensor (routed experts too unless ``experts=False``) by checkpoint name."""
+def block0_tensors(
+    cfg: Block0Config, gen: GeneratorFn, experts: bool = True, spec: dict | None = None, prefix: str = PREFIX
+) -> dict[str, torch.Tensor]:
+    """Every block-0 tensor (routed experts too unless ``experts=False``) by checkpoint name; ``spec``
+    (name -> (dtype, shape)) and ``prefix`` draw another block's the same way."""
     out: dict[str, torch.Tensor] = {}
-    for name, (dtype, shape) in dense_tensors(cfg).items():
+    for name, (dtype, shape) in (spec or dense_tensors(cfg)).items():
         if name.endswith(".scale"):
             continue
         if dtype == "F8_E4M3":
@@ -71,13 +74,13 @@ def block0_tensors(cfg: Block0Config, gen: GeneratorFn, experts: bool = True) ->
         else:
             out[name] = _dense(name, dtype, shape, cfg, gen(name))
     for e in range(cfg.n_routed_experts if experts else 0):
-        out.update(expert_weights(cfg, e, gen))
+        out.update(expert_weights(cfg, e, gen, prefix))
     return out
 
 
-def expert_weights(cfg: Block0Config, e: int, gen: GeneratorFn) -> dict[str, torch.Tensor]:
+def expert_weights(cfg: Block0Config, e: int, gen: GeneratorFn, prefix: str = PREFIX) -> dict[str, torch.Tensor]:
     """Routed expert ``e``'s fp4 weights and e8m0 scales by checkpoint name."""
-    names, specs = expert_names(e), expert_tensors(cfg, e)
+    names, specs = expert_names(e, prefix), expert_tensors(cfg, e, prefix)
     out = {}
     for k in ("w1", "w2", "w3"):
         out[names[k]], out[names[k + ".scale"]] = _fp4_weight(specs[names[k]][1], gen(names[k]))

@@ -28,12 +28,14 @@ from engram_viz._files import atomic_folder
 from engram_viz.config import CONFIG_DIR, FP8_BLOCK_SIZE, PRESETS, EngramConfig, load_config
 from engram_viz.core import fp8
 from engram_viz.core.block0_config import Block0Config
+from engram_viz.core.blocks_config import BlocksConfig
 from engram_viz.core.schema import EMBED_NAME, engram_names, expected_tensors, is_table_name, wkv_shape
 from engram_viz.core.tokenizer import bundled_tokenizer_file
 from engram_viz.core.vision_config import VisionConfig
 from engram_viz.errors import CheckpointError, InputError
 from engram_viz.settings import cache_dir
 from engram_viz.weights.block0_synthetic import add_block0
+from engram_viz.weights.blocks_synthetic import add_blocks
 from engram_viz.weights.checkpoint import Checkpoint, EngramWeights, open_checkpoint
 from engram_viz.weights.procedural import ProceduralEmbedding, ProceduralTable
 from engram_viz.weights.safetensors import read_safetensors_header, read_tensor
@@ -131,12 +133,14 @@ def write_synthetic_checkpoint(
     tokenizer: bool = True,
     block0: Block0Config | None = None,
     vision: VisionConfig | None = None,
+    blocks: BlocksConfig | None = None,
 ) -> Path:
     """Write a whole synthetic checkpoint folder (real names, dtypes and shapes) and return its path.
     With ``block0`` (hf layout only) the folder also holds block 0's tensors and config fields
     (``weights.block0_synthetic.add_block0``), so ``streams="block0"`` can run on it; with ``vision``
     (hf layout only) the vision tower, aligner and span delimiters (``weights.vision_synthetic.add_vision``),
-    so real pictures get image features.
+    so real pictures get image features; with ``blocks`` every block before the last Engram layer
+    (``weights.blocks_synthetic.add_blocks``), so ``streams="model"`` can.
 
     ``layout`` is ``"hf"`` (index + 3 shards; the default when ``world_size == 1``) or ``"mp"``
     (``model{i}-mp{world_size}.safetensors``; the default when ``world_size > 1``). The folder gets
@@ -161,6 +165,10 @@ def write_synthetic_checkpoint(
             if layout != LAYOUT_HF:
                 raise InputError(f"vision= needs the hf layout, got {layout!r}")
             add_vision(folder, vision, lambda name: _generator(seed, name), {"engram_viz_synthetic": "true"})
+        if blocks is not None:
+            if layout != LAYOUT_HF or block0 is not None:
+                raise InputError(f"blocks= needs the hf layout and no block0= (it holds block 0), got {layout!r}")
+            add_blocks(folder, blocks, lambda name: _generator(seed, name), {"engram_viz_synthetic": "true"})
     return out
 
 

@@ -1,0 +1,226 @@
+"""The blocks before Engram layer 14 (blocks 0-13 of V4.1-Flash) on a device, beside the H200 roofline.
+
+    python benchmarks/blocks_gpu.py                # CUDA: checks at small widths, then 14 blocks x 4,096 tokens timed
+    python benchmarks/blocks_gpu.py --dry-run      # no CUDA: the same on the CPU, full widths for blocks 0-2 x 4 tokens
+
+1. Agreement at small widths with V4.1-Flash's layer structure (14 blocks: 2 window-only, 12 compressed 2-to-1,
+   kv sources 2 and 8, index sources 2 and 8, Engram layers 1 and 14): the streams entering layer 14 on the
+   device vs the CPU (both ``core.blocks``, the Engram layer 1 left out), 300 tokens: largest difference
+   in bf16 steps and the share of queries whose indexer picks agree.
+2. Full widths, procedural weights (``weights.blocks_synthetic``) resident on the device (one window block
+   and one compressed block drawn on the host and shared by all 14 blocks; the routed experts from a pool
+   of 8, each use dequantised on the device as a read one would be): two prefills of ``--tokens`` tokens,
+   the first with the dense fp8 dequantisation (cold), the second warm, per block, beside the roofline of
+   the path this port takes (GEMMs in float32 on dequantised weights: CUDA-core FLOP rate) and the bound of
+   reading every weight once at the HBM bandwidth.
+
+Exit status 0 when the agreement holds (bf16 steps <= 1 everywhere, indexer picks equal for >= 99% of queries).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from engram_viz.core.blocks import block
+from engram_viz.core.blocks_config import V41_FLASH_BLOCKS, BlocksConfig
+from engram_viz.core.compressed_attention import SharedKV
+from engram_viz.core.hyper import stream0
+from engram_viz.weights.block0_reader import fp4_gemm, fp8_gemm
+from engram_viz.weights.block0_synthetic import expert_weights
+from engram_viz.weights.blocks_synthetic import drawn_block
+from engram_viz.weights.synthetic import _generator
+
+PEAK_BW = 4.8e12  # bytes/s, H200 HBM3e
+PEAK_FP32 = 67e12  # FLOP/s, CUDA cores (the float32 GEMMs of this port)
+PEAK_BF16 = 989e12  # FLOP/s, dense bf16 tensor cores (what a bf16-GEMM port could reach)
+POOL = 8
+SMALL = replace(
+    V41_FLASH_BLOCKS,
+    dim=64,
+    n_heads=4,
+    head_dim=64,
+    rope_head_dim=16,
+    q_lora_rank=32,
+    o_groups=2,
+    o_lora_rank=32,
+    window_size=8,
+    n_routed_experts=8,
+    n_activated_experts=3,
+    moe_inter_dim=64,
+    index_n_heads=4,
+    index_head_dim=32,
+    index_topk=16,
+    original_seq_len=64,
+)
+
+
+class DeviceLayer:
+    """Block ``n``'s tensors on ``device`` from a drawn template (a ``core.blocks.LayerSource``)."""
+
+    def __init__(self, template: dict[str, torch.Tensor], pool: list[dict[str, torch.Tensor]], device):
+        self.t, self.pool, self.device = template, pool, device
+        self._linears: dict = {}
+        self.experts = 0
+
+    def has(self, name: str) -> bool:
+        return name in self.t
+
+    def tensor(self, name: str) -> torch.Tensor:
+        return self.t[name]
+
+    def linear(self, name: str):
+        if name not in self._linears:
+            self._linears[name] = fp8_gemm(self.t[name + ".weight"], self.t[name + ".scale"])
+        return self._linears[name]
+
+    def expert(self, e: int):
+        self.experts += 1
+        w = self.pool[e % len(self.pool)]
+        return tuple(fp4_gemm(w[k], w[k + ".scale"]) for k in ("w1", "w2", "w3"))
+
+
+def templates(cfg: BlocksConfig, device) -> tuple[dict, dict, list]:
+    """(window block, compressed source block, expert pool), drawn on the host, moved to ``device``."""
+
+    def moved(n: int) -> dict[str, torch.Tensor]:
+        p = f"layers.{n}."
+        return {
+            k.removeprefix(p): v.to(device) for k, v in drawn_block(cfg, n, lambda s: _generator(0, s), False).items()
+        }
+
+    src = cfg.kv_source_layers[0]
+    pool = []
+    for e in range(POOL):
+        w = expert_weights(cfg, e, lambda s: _generator(0, s), "layers.0.")
+        pool.append(
+            {
+                k.split(f"experts.{e}.")[1].removesuffix(".weight"): v.view(torch.uint8).to(device)
+                if v.dtype != torch.float8_e8m0fnu
+                else v.to(device)
+                for k, v in w.items()
+            }
+        )
+    return moved(0), moved(src), pool
+
+
+def layers(cfg: BlocksConfig, device, n_blocks: int) -> list[DeviceLayer]:
+    window, compressed, pool = templates(cfg, device)
+    return [DeviceLayer(compressed if cfg.ratio(n) else window, pool, device) for n in range(n_blocks)]
+
+
+def prefix(
+    cfg, ls: list[DeviceLayer], ids: torch.Tensor, embed: torch.Tensor, sync
+) -> tuple[torch.Tensor, list[float]]:
+    """Blocks 0 .. len(ls) - 1 on ``ids`` (Engram layers left out): final streams, seconds per block."""
+    h = embed[ids % embed.shape[0]].unsqueeze(2).repeat(1, 1, cfg.hc_mult, 1)
+    pre, shared, times = stream0(h), SharedKV(), []
+    with torch.no_grad():
+        for n, lw in enumerate(ls):
+            sync()
+            t = time.perf_counter()
+            h, pre = block(h, pre, lw, cfg, n, shared)
+            sync()
+            times.append(time.perf_counter() - t)
+    return h, times
+
+
+def roofline(cfg: BlocksConfig, n: int, tokens: int) -> tuple[float, float]:
+    """(FLOP-bound s at the float32 rate, memory-bound s reading every weight once) for block n."""
+    d, h, hd, q, o, inter = (
+        cfg.dim,
+        cfg.n_heads,
+        cfg.head_dim,
+        cfg.q_lora_rank,
+        cfg.o_groups * cfg.o_lora_rank,
+        cfg.moe_inter_dim,
+    )
+    macs = tokens * (d * q + q * h * hd + d * hd + o * d + (h * hd // cfg.o_groups) * o + 3 * d * inter)
+    macs += tokens * cfg.n_activated_experts * 3 * d * inter
+    keys = min(tokens, cfg.window_size) + (min(cfg.index_topk, tokens // cfg.ratio(n)) if cfg.ratio(n) else 0)
+    macs += 2 * tokens * h * hd * keys
+    if cfg.ratio(n):
+        macs += tokens * (tokens // cfg.ratio(n)) * cfg.index_n_heads * cfg.index_head_dim + 2 * tokens * d * hd
+    dense = d * q + q * h * hd + d * hd + o * d + 3 * d * inter  # fp8: a byte each
+    wo_a = (h * hd // cfg.o_groups) * o * 2
+    experts = min(cfg.n_routed_experts, tokens * cfg.n_activated_experts) * 3 * d * inter // 2  # fp4
+    return 2 * macs / PEAK_FP32, (dense + wo_a + experts) / PEAK_BW
+
+
+def agreement(device) -> tuple[float, float]:
+    cfg = SMALL
+    ls_dev, ls_cpu = layers(cfg, device, cfg.n_blocks), layers(cfg, "cpu", cfg.n_blocks)
+    g = torch.Generator().manual_seed(1)
+    embed = (torch.randn(4096, cfg.dim, generator=g) * 0.5).to(torch.bfloat16)
+    ids = torch.randint(0, 129280, (1, 300), generator=g)
+    sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
+    h_dev, _ = prefix(cfg, ls_dev, ids.to(device), embed.to(device), sync)
+    h_cpu, _ = prefix(cfg, ls_cpu, ids, embed, lambda: None)
+    a, b = h_dev.float().cpu(), h_cpu.float()
+    step = torch.maximum(b.abs(), b.abs().amax(-1, keepdim=True) * 2**-8) * 2**-7
+    return float(((a - b).abs() / step).max()), float((a == b).float().mean())
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--tokens", type=int, default=4096)
+    p.add_argument("--blocks", type=int, default=14)
+    p.add_argument(
+        "--dry-run", action="store_true", help="no CUDA: the CPU stands in; full widths for 3 blocks x 4 tokens"
+    )
+    args = p.parse_args()
+    cuda = torch.cuda.is_available() and not args.dry_run
+    device = torch.device("cuda" if cuda else "cpu")
+    tokens, n_blocks = (args.tokens, args.blocks) if cuda else (4, 3)
+    name = torch.cuda.get_device_name() if cuda else "CPU (dry run)"
+    print(f"blocks before Engram layer 14 on {name}, torch {torch.__version__}")
+    t = time.perf_counter()
+    steps, equal = agreement(device)
+    ok = steps <= 1.0
+    print(
+        f"1. small widths, V4.1 layer structure, 14 blocks x 300 tokens: {device} vs CPU streams entering layer 14: "
+        f"max {steps:.2f} bf16 steps, {equal:.2%} of values bit-equal ({time.perf_counter() - t:.1f} s) -> {'OK' if ok else 'FAIL'}"
+    )
+    cfg = V41_FLASH_BLOCKS
+    t = time.perf_counter()
+    ls = layers(cfg, device, n_blocks)
+    print(
+        f"2. full widths: block templates + {POOL} pooled experts drawn and moved in {time.perf_counter() - t:.1f} s; "
+        f"1 prompt x {tokens} tokens, {n_blocks} blocks, weights resident on {device}"
+    )
+    g = torch.Generator().manual_seed(0)
+    embed = (torch.randn(4096, cfg.dim, generator=g) * 0.12).to(torch.bfloat16).to(device)
+    ids = torch.randint(0, cfg.vocab_size, (1, tokens), generator=g).to(device)
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    _, cold = prefix(cfg, ls, ids, embed, sync)
+    h, warm = prefix(cfg, ls, ids, embed, sync)
+    assert bool(torch.isfinite(h.float()).all())
+    print("   block ratio   cold s   warm s  FLOP-bound s  mem-bound s  warm/bound")
+    total_bound = 0.0
+    for n in range(n_blocks):
+        fb, mb = roofline(cfg, n, tokens)
+        total_bound += max(fb, mb)
+        print(
+            f"   {n:5d} {cfg.ratio(n):5d} {cold[n]:8.3f} {warm[n]:8.3f} {fb:13.4f} {mb:12.5f} {warm[n] / max(fb, mb):10.1f}x"
+        )
+    print(
+        f"   total: cold {sum(cold):.2f} s, warm {sum(warm):.2f} s for {n_blocks} blocks; roofline {total_bound:.2f} s "
+        f"(float32 {PEAK_FP32 / 1e12:.0f} TFLOP/s, {PEAK_BW / 1e12:.1f} TB/s; bf16 tensor cores would bound the GEMMs "
+        f"{PEAK_FP32 / PEAK_BF16:.2f}x lower)"
+    )
+    if cuda:
+        print(f"   peak device memory {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB")
+    print("OK" if ok else "FAIL")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

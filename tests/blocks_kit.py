@@ -1,0 +1,114 @@
+"""Small reference-structured checkpoints with compressed-KV blocks, for the block tests (not a test module).
+
+Engram layers 1 and 6 (so blocks 0-5 run, a small model's numbers, not V4.1-Flash's): blocks 0-1 window
+only, 2-5 compressed 2-to-1; layer 2 is a kv and index source, 3 reuses both, 4 runs its own indexer on
+layer 2's keys, 5 is the next kv and index source. ``index_topk`` 16: prompts past 32 tokens make the
+indexer choose.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from engram_viz.config import EngramConfig, load_config
+from engram_viz.core.blocks import model_streams
+from engram_viz.core.blocks_config import BlocksConfig
+from engram_viz.core.engram import Engram
+from engram_viz.core.hashing import hash_prompt
+from engram_viz.core.tokenizer import get_tokenizer
+from engram_viz.weights.blocks_reader import open_blocks
+from engram_viz.weights.checkpoint import open_checkpoint
+from engram_viz.weights.synthetic import write_synthetic_checkpoint
+
+ENGRAM_LAYERS = (1, 6)
+INDEX_TOPK = 16
+WIDTHS = {
+    64: {"n_heads": 4, "head_dim": 64},
+    128: {"n_heads": 4, "head_dim": 64, "q_lora_rank": 64, "moe_inter_dim": 96},
+}
+
+
+def engram_config(dim: int) -> EngramConfig:
+    raw = load_config("tiny").to_dict()
+    raw.pop("name")
+    raw.update(dim=dim, n_layers=8, engram_layer_ids=list(ENGRAM_LAYERS))
+    return EngramConfig.from_dict(raw, f"blocks-{dim}")
+
+
+def blocks_config(dim: int) -> BlocksConfig:
+    base = {
+        "dim": dim,
+        "rope_head_dim": 16,
+        "q_lora_rank": 32,
+        "o_groups": 2,
+        "o_lora_rank": 32,
+        "window_size": 8,
+        "n_routed_experts": 8,
+        "n_activated_experts": 3,
+        "moe_inter_dim": 64,
+        "n_layers": 8,
+        "compress_ratios": (0, 0, 2, 2, 2, 2, 1, 1),
+        "kv_source_layers": (2, 5),
+        "index_source_layers": (2, 4, 5),
+        "index_n_heads": 4,
+        "index_head_dim": 32,
+        "index_topk": INDEX_TOPK,
+        "original_seq_len": 64,  # below the prompt lengths: the YaRN ramp matters
+        "rope_factor": 4.0,
+        "candidate_source_layer": -1,
+        "engram_layer_ids": ENGRAM_LAYERS,
+    }
+    return BlocksConfig(**{**base, **WIDTHS[dim]})
+
+
+def write(folder: Path, dim: int, seed: int) -> Path:
+    return write_synthetic_checkpoint(folder, engram_config(dim), seed=seed, blocks=blocks_config(dim))
+
+
+def prompt(length: int, seed: int, image_at: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random raw ids ``[1, length]`` and token types (an image span of 6 at ``image_at``)."""
+    ids = torch.randint(0, 129280, (1, length), generator=torch.Generator().manual_seed(seed))
+    types = torch.full((1, length), -1)
+    if image_at is not None:
+        types[0, image_at : image_at + 6] = torch.tensor([0, 1, 1, 2, 1, 3])
+    return ids, types
+
+
+def our_streams(folder: Path, ids: torch.Tensor, types: torch.Tensor):
+    """engram_viz's streams entering each Engram layer and the gates there (core blocks + core Engram)."""
+    ckpt = open_checkpoint(folder)
+    cfg = ckpt.config
+    engrams = {n: Engram.from_weights(cfg, ckpt.layer(n), mode="fp8", device="cpu") for n in cfg.engram_layer_ids}
+    rows = hash_prompt(cfg, get_tokenizer(cfg).token_map, ids, types < 0)
+    gates: dict[int, torch.Tensor] = {}
+
+    def run(n: int, x: torch.Tensor) -> torch.Tensor:
+        li = cfg.engram_layer_ids.index(n)
+        with engrams[n].hook_gate.add_hook(lambda t, name: gates.__setitem__(n, t.clone())):
+            return engrams[n](x, rows[:, :, li], types < 0)
+
+    streams = model_streams(open_blocks(folder), ids, run, types >= 0)
+    last = max(cfg.engram_layer_ids)
+    run(last, streams[last])
+    return streams, gates, rows
+
+
+def reference_engram_streams(folder: Path, ids: torch.Tensor, types: torch.Tensor, ref):
+    """engram_viz's blocks with the reference-structured model's own Engram layers between them (so both
+    sides enter each block with the same bits), and core Engram's gates on the streams entering each layer."""
+    ckpt = open_checkpoint(folder)
+    cfg = ckpt.config
+    rows = hash_prompt(cfg, get_tokenizer(cfg).token_map, ids, types < 0)
+
+    def run(n: int, x: torch.Tensor) -> torch.Tensor:
+        return ref.engrams[n](x, rows[:, :, cfg.engram_layer_ids.index(n)], types < 0)
+
+    streams = model_streams(open_blocks(folder), ids, run, types >= 0)
+    gates = {}
+    for li, n in enumerate(cfg.engram_layer_ids):
+        e = Engram.from_weights(cfg, ckpt.layer(n), mode="fp8", device="cpu")
+        with e.hook_gate.add_hook(lambda t, name, n=n: gates.__setitem__(n, t.clone())):
+            e(streams[n], rows[:, :, li], types < 0)
+    return streams, gates, rows

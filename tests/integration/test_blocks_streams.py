@@ -1,0 +1,80 @@
+"""The blocks before the last Engram layer (``core.blocks``, streamed by ``weights.blocks_reader``) against the
+reference-structured model of tests/reference_blocks.py on a synthetic checkpoint with compressed-KV blocks.
+
+Engram layers 1 and 6 of a small model (tests/blocks_kit.py); prompts of 8, 300 and 1,200 tokens, the last
+two past ``2 * index_topk`` = 32, so the indexer chooses. Both sides apply the reference-structured
+Engram between the blocks (the suite's Engram differs from it by fp32 summation order in ``wkv``, one bf16
+step in a few elements, which a random-weight stack amplifies on long prompts: benchmarks/blocks_grid.py
+measures both). The full 3 seeds x 2 widths grid is benchmarks/blocks_grid.py.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+from blocks_kit import INDEX_TOPK, engram_config, prompt, reference_engram_streams, write
+from reference_blocks import Transformer
+from safetensors.torch import load_file, save_file
+
+from engram_viz.core.blocks import BlockPass
+from engram_viz.core.tokenizer import get_tokenizer
+from engram_viz.errors import CheckpointError, InputError
+from engram_viz.weights.blocks_reader import open_blocks
+
+GATE_TOL = 1e-2  # the bound block 0 meets against float64 (tests/integration/test_block0_streams.py)
+CASES = [(64, 0, 8), (64, 0, 300), (128, 1, 300), (64, 2, 1200)]  # (width, seed, tokens)
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    return {(dim, seed): write(tmp_path_factory.mktemp("blk") / "c", dim, seed) for dim, seed, _ in CASES}
+
+
+def _bf16_steps(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Largest |a - b| in units of b's bf16 spacing (2^-7 relative, at least one step of the row's scale)."""
+    step = torch.maximum(b.float().abs(), b.float().abs().amax(-1, keepdim=True) * 2**-8) * 2**-7
+    return float(((a.float() - b.float()).abs() / step).max())
+
+
+@pytest.mark.parametrize(("dim", "seed", "tokens"), CASES)
+def test_streams_entering_the_last_engram_layer_equal_the_models(folders, dim, seed, tokens):
+    assert tokens <= 8 or tokens > 2 * INDEX_TOPK
+    folder = folders[(dim, seed)]
+    ids, types = prompt(tokens, seed, image_at=3 if tokens > 20 else None)
+    cfg = engram_config(dim)
+    ref = Transformer(folder, cfg, get_tokenizer(cfg).token_map)
+    want, want_gates = ref.streams(ids, types)
+    got, gates, rows = reference_engram_streams(folder, ids, types, ref)
+    for n in cfg.engram_layer_ids:
+        assert _bf16_steps(got[n], want[n]) <= 1.0, n
+        diff = (gates[n] - want_gates[n]).abs().flatten()
+        assert float(diff.max()) <= GATE_TOL and float(diff.quantile(0.99)) <= GATE_TOL, (n, float(diff.max()))
+    assert torch.equal(rows.long(), ref.hasher(ids, 0, types < 0).long())  # row ids identical
+
+
+def test_blocks_are_read_one_at_a_time_and_routed_experts_only_when_used(folders):
+    folder = folders[(64, 0)]
+    w = open_blocks(folder)
+    seen: list[int] = []
+    ids, types = prompt(8, 0)
+    run = BlockPass(w, ids, types >= 0, on_block=seen.append)
+    x = run.streams_entering(1)
+    assert seen == [0] and x.shape == (1, 8, 4, 64)
+    with pytest.raises(InputError, match="Engram layer 1's output is needed first"):
+        run.streams_entering(6)
+    run.engram_output(x)
+    run.streams_entering(6)
+    assert seen == [0, 1, 2, 3, 4, 5]
+    assert 0 < w.experts_read <= 6 * 8 * 3  # 8 tokens x 3 chosen experts a block at most, of 8 x 6
+
+
+def test_a_checkpoint_missing_a_block_tensor_is_refused_naming_it(folders, tmp_path):
+    folder = shutil.copytree(folders[(64, 0)], tmp_path / "c")
+    shard = folder / "model-block4.safetensors"
+    tensors = load_file(str(shard))
+    del tensors["layers.4.attn.indexer.weights_proj.weight"]
+    save_file(tensors, str(shard))
+    with pytest.raises(CheckpointError, match=r"lacks tensor 'layers\.4\.attn\.indexer\.weights_proj\.weight'"):
+        open_blocks(folder)
