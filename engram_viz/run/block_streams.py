@@ -26,7 +26,7 @@ from engram_viz._progress import progress_bar
 from engram_viz.config import EngramConfig
 from engram_viz.core.blocks import BlockPass, BlocksSource
 from engram_viz.errors import CheckpointError
-from engram_viz.run.streams import IMAGE_NOTE, Streams, StreamSource, save_captured_streams
+from engram_viz.run.streams import BatchImages, Streams, StreamSource, image_clause, save_captured_streams
 from engram_viz.settings import cache_dir
 from engram_viz.weights.blocks_reader import open_blocks
 from engram_viz.weights.index import INDEX_FILE
@@ -108,7 +108,9 @@ class BlockStreams(StreamSource):
         self._pass = BlockPass(self.weights, ids, types >= 0, on_block=advance)
         self.passes += 1
 
-    def __call__(self, raw_ids: torch.Tensor, token_types: torch.Tensor, layer: int) -> Streams:
+    def __call__(
+        self, raw_ids: torch.Tensor, token_types: torch.Tensor, layer: int, images: BatchImages = ()
+    ) -> Streams:
         ids, types = raw_ids.cpu(), token_types.cpu()
         if self._batch is None or not (torch.equal(self._batch[0], ids) and torch.equal(self._batch[1], types)):
             self._start(ids, types)
@@ -117,7 +119,7 @@ class BlockStreams(StreamSource):
             self._done[layer] = self._pass.streams_entering(layer)
             if len(self._done) == len(self.config.engram_layer_ids):
                 self._save(ids, types)
-        self.label = self._label + (IMAGE_NOTE if bool((types >= 0).any()) else "")
+        self.label = self._label + image_clause(types, images, None)  # the blocks merge no picture features yet
         return Streams(self._done[layer], self.label, "model", layer, ids, types)
 
     def engram_output(self, layer: int, out: torch.Tensor) -> None:
