@@ -246,7 +246,7 @@ def _usage_section(frames: dict[str, pd.DataFrame], usage: RowUsage, config: Eng
     if not len(usage_cols) or not usage_cols["rows_touched"].sum():
         note = missing("No text n-grams in this prompt set (image spans only): no table row is read.")
         return Section("row-usage", "Row usage", "", (note,))
-    parts.append(Table(usage.layer_totals(), note=LAYER_TOTALS_NOTE))
+    parts.append(Table(frames["layer_totals"], note=LAYER_TOTALS_NOTE))
     parts += [
         FigureSpec(
             "coverage",
