@@ -34,6 +34,7 @@ from engram_viz.run.pipeline import Pipeline
 from engram_viz.viz.comparison_html import difference_html, message_html, panel_box
 from engram_viz.viz.html_templates import macros, table_html
 from engram_viz.viz.style import get_theme
+from engram_viz.viz.token_labels import token_label, token_labels
 from engram_viz.weights.row_edits import ZERO, edit_tables
 
 ROW_VIEW_COLUMNS = ("column", "order", "head", "row", "ngram", "share", "loo_gate", "gate")
@@ -89,7 +90,7 @@ def rows_table_html(rows: pd.DataFrame, token: str, position: int, layer: int, s
     )
     what = f"stream {stream}" if not isinstance(stream, str) else "mean of streams"
     gate = float(rows["gate"].iloc[0]) if len(rows) else float("nan")
-    body = _M.rows(t, repr(token), position, layer, what, f"{gate:.4f}", table)
+    body = _M.rows(t, repr(token_label(token)), position, layer, what, f"{gate:.4f}", table)
     return panel_box(t, body, f"the 24 rows of position {position}")
 
 
@@ -136,7 +137,8 @@ class TokenExplainer:
             self._text, self._explanation, self.ablated, self.summary = text, None, None, None
             options = [NO_TOKEN]
             if a.ok:
-                options += [(f"{i}: {p!r}", i) for i, p in enumerate(a.pieces) if not a.is_image[i]]
+                labels = token_labels(a.pieces)[0]
+                options += [(f"{i}: {labels[i]}", i) for i in range(len(a.pieces)) if not a.is_image[i]]
             self.position.options = options  # resets the value to None, which redraws
             self.position.value = None
         self._show()
