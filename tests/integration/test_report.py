@@ -218,7 +218,8 @@ def test_distinct_ngrams_of_the_report_equal_an_independent_count(report_dir):
     from _brute import ref_counts
 
     trace = Trace.load(report_dir / "trace")
-    config = load_config(json.loads((report_dir / "manifest.json").read_text())["provenance"]["config"])
+    assert json.loads((report_dir / "manifest.json").read_text())["provenance"]["config"] == "tiny-engram"
+    config = load_config(Path(__file__).resolve().parents[2] / "data" / "tiny-engram")  # the embedded default
     lengths = trace.lengths.tolist()
     seqs = [trace.compressed_ids[b, :n].tolist() for b, n in enumerate(lengths)]
     masks = [(~trace.is_image[b, :n]).tolist() for b, n in enumerate(lengths)]
@@ -266,7 +267,7 @@ def test_report_in_chromium_token_chips_headings_contents_and_figures(report_dir
     assert all(h.strip() for h in headings)
     targets = report_page.eval_on_selector_all("nav.toc a", "els => els.map(e => e.getAttribute('href'))")
     assert len(targets) > 20 and all(report_page.locator(t).count() == 1 for t in targets)
-    figure_page = report_page.context.new_page()
+    figure_page = report_page.context.browser.new_page()
     for svg in sorted((report_dir / "figures").glob("*.svg")):
         figure_page.goto(svg.as_uri())
         assert figure_page.evaluate(_OUTSIDE) == [], svg.name
