@@ -342,6 +342,8 @@ def test_collision_and_coverage_bars_equal_the_frames(tables):
     assert [p.get_height() for p in ax.patches] == at["shared_buckets"].tolist()
     offsets = ax.collections[0].get_offsets()
     np.testing.assert_allclose(offsets[:, 1], at["expected_shared_buckets"].to_numpy())
+    once = int(at.groupby("order")["distinct_ngrams"].max().sum())  # each n-gram once, not once per head
+    assert ax.get_title(loc="left").endswith(f"; {once:,} distinct n-grams")
     (ax,) = coverage_per_column(coverage, layer=3)
     at = coverage[coverage["layer"] == 3].sort_values(["order", "head"])
     np.testing.assert_allclose([p.get_height() for p in ax.patches], at["coverage"].to_numpy())
