@@ -20,7 +20,15 @@ if ! command -v apt-get >/dev/null 2>&1; then
   exit 0
 fi
 sudo=""
-[ "$(id -u)" -ne 0 ] && sudo="sudo"
+if [ "$(id -u)" -ne 0 ]; then
+  # never a password prompt: sudo only when it works without one
+  if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+    sudo="sudo -n"
+  else
+    echo "system-deps: not root, skipped: ${missing[*]} (as root: apt-get install ${missing[*]}; tests that need them skip)" >&2
+    exit 0
+  fi
+fi
 echo "system-deps: installing ${missing[*]}"
 $sudo apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" fontconfig >/dev/null

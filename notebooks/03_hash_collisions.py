@@ -69,7 +69,11 @@ print(f"{corpus.tokens:,} tokens, {corpus.documents:,} documents in {corpus.elap
 display(ev.notebook.layout_provenance(v41, description))
 collisions = ev.CollisionStats(v41, counts=corpus.counts)
 columns = collisions.columns()
-columns.groupby(["layer", "order"])[["distinct_ngrams", "shared_buckets", "expected_shared_buckets"]].sum()
+columns.groupby(["layer", "order"]).agg(  # an order's n-grams once (all 8 heads hash the same ones); buckets summed
+    distinct_ngrams=("distinct_ngrams", "max"),
+    shared_buckets=("shared_buckets", "sum"),
+    expected_shared_buckets=("expected_shared_buckets", "sum"),
+)
 
 # %%
 fig = ev.viz.collisions_vs_expected(columns)[0].figure  # the plot returns its Axes, one per layer

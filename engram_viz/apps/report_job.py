@@ -8,8 +8,8 @@ checkpoint folder (None: ``$ENGRAM_VIZ_CHECKPOINT``, else the embedded default w
                               PNG data URIs (the SVG beside each is linked), token-coloured text inline
     tables/<name>.parquet     tidy tables, each also as tables/<name>.csv:
                               gates, rows, tokens (from the Trace), gate_summary (mean gate per
-                              category, layer, stream), usage_columns, rank_frequency, hot_rows
-                              (RowUsage), collision_columns, heads_shared, collision_examples
+                              category, layer, stream), usage_columns, layer_totals, rank_frequency,
+                              hot_rows (RowUsage), collision_columns, heads_shared, collision_examples
                               (CollisionStats) - all over the text positions of the prompt set
     figures/<name>.png|.svg|.pdf  gate distributions, per-prompt gate heatmaps, exposure beside gates,
                               token-coloured text, collisions vs expected, coverage, rank-frequency,
@@ -107,6 +107,7 @@ def _report_frames(trace: Trace, pipe: Pipeline) -> tuple[dict[str, pd.DataFrame
     frames["gate_summary"] = gate_summary(frames["gates"])
     usage, collisions = accumulate(trace, pipe.config)
     frames["usage_columns"] = usage.coverage()
+    frames["layer_totals"] = usage.layer_totals()
     frames["rank_frequency"] = usage.rank_frequency()
     frames["hot_rows"] = usage.hot_rows(top=10, ngrams_per_row=3, tokenizer=pipe.tokenizer)
     frames["collision_columns"] = collisions.columns()

@@ -221,9 +221,15 @@ def _collision_section(frames: dict[str, pd.DataFrame], theme: str) -> Section:
     if not len(cols):
         note = missing("No text n-grams in this prompt set (image spans only): nothing to hash.")
         return Section("collisions", "Hash collisions", "", (note,))
-    if len(cols):
-        sums = ["distinct_ngrams", "occupied", "shared_buckets", "expected_shared_buckets", "colliding_ngrams"]
-        parts.append(Table(cols.groupby(["layer", "order"], as_index=False)[sums].sum()))
+    sums = ["occupied", "shared_buckets", "expected_shared_buckets", "colliding_ngrams"]
+    per_order = cols.groupby(["layer", "order"], as_index=False).agg(
+        distinct_ngrams=("distinct_ngrams", "max"), **{c: (c, "sum") for c in sums}
+    )
+    note = (
+        "distinct_ngrams: the order's distinct n-grams, each counted once (every head of the order hashes the "
+        "same ones); occupied, shared_buckets, expected_shared_buckets and colliding_ngrams: summed over its 8 heads."
+    )
+    parts.append(Table(per_order, note=note))
     parts.append(
         FigureSpec(
             "collisions_vs_expected",
@@ -251,7 +257,7 @@ def _usage_section(frames: dict[str, pd.DataFrame], usage: RowUsage, config: Eng
     if not len(usage_cols) or not usage_cols["rows_touched"].sum():
         note = missing("No text n-grams in this prompt set (image spans only): no table row is read.")
         return Section("row-usage", "Row usage", "", (note,))
-    parts.append(Table(usage.layer_totals(), note=LAYER_TOTALS_NOTE))
+    parts.append(Table(frames["layer_totals"], note=LAYER_TOTALS_NOTE))
     parts += [
         FigureSpec(
             "coverage",

@@ -58,9 +58,9 @@ def collisions_vs_expected(
             )
             column_axis(panel, orders, n_heads, t)
             obs, exp = int(at["shared_buckets"].sum()), float(at["expected_shared_buckets"].sum())
+            distinct = int(at.groupby("order")["distinct_ngrams"].max().sum())  # each n-gram once, not once a head
             panel.set_title(
-                f"layer {lay}: {obs:,} colliding buckets observed, {exp:,.1f} expected; "
-                f"{int(at['distinct_ngrams'].sum()):,} distinct n-grams",
+                f"layer {lay}: {obs:,} colliding buckets observed, {exp:,.1f} expected; {distinct:,} distinct n-grams",
                 loc="left",
             )
             panel.set_ylabel("buckets with\n\u2265 2 n-grams", fontsize=7)

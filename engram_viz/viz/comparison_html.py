@@ -27,7 +27,7 @@ from engram_viz.analysis.gates.comparison import AlignedDifference, PromptResult
 from engram_viz.run.pipeline import Pipeline
 from engram_viz.viz.html_templates import macros
 from engram_viz.viz.style import Theme, get_theme, text_color_on
-from engram_viz.viz.token_labels import image_label, token_label
+from engram_viz.viz.token_labels import image_label, image_spans, token_label, token_labels
 from engram_viz.viz.tokens import token_html
 
 DIFF_FLOOR = 0.05  # the difference colour scale spans at least +-0.05
@@ -81,24 +81,33 @@ def gate_grid_html(
     result: PromptResult, layer_ids: Sequence[int], *, theme: str | Theme = "light", label: str = "", cell: int = 9
 ) -> str:
     """Every token with a small grid of all its gates below it: rows = Engram layers, columns =
-    streams (``n_layers x hc_mult`` cells), coloured with the heatmap map (0..1); image positions
-    grey. Wraps like text; each token's tooltip lists all its gates. Inline CSS only."""
+    streams (``n_layers x hc_mult`` cells), coloured with the heatmap map (0..1); an image span is
+    one grey cell labelled ``[image ×n]``. Wraps like text; each token's tooltip lists all its gates. Inline CSS only."""
     t = get_theme(theme)
     g = result.gates  # [T, L, hc]
     n, n_layers, hc = g.shape
     colours = np.array(_hex(t.heat_cmap(np.clip(g.reshape(-1), 0, 1)))).reshape(n, n_layers, hc)
     parts = []
-    for p in range(n):
-        img = bool(result.is_image[p])
+    labels, notes = token_labels(result.pieces)
+    spans = dict(image_spans(result.is_image))  # first -> last position of each image span
+    grey = _grid_rows(np.full((n_layers, hc), t.image, dtype=object), cell)
+    p = 0
+    while p < n:
+        if p in spans:  # one grey cell for the whole span
+            k = spans[p] - p + 1
+            tip = f"image span: positions {p}-{spans[p]} ({k} tokens); gates 0 (masked)"
+            parts.append(_grid_cell(tip, html.escape(image_label(k)), grey, hc * cell, t.muted))
+            p = spans[p] + 1
+            continue
         piece = result.pieces[p]
-        tip = [f"{piece!r}  position {p}" + ("  (image: gates shut)" if img else "")]
+        tip = [f"{piece!r}  position {p}", *([notes[p]] if p in notes else [])]
         tip += [
             f"layer {layer}: " + "  ".join(f"s{s} {g[p, li, s]:.3f}" for s in range(hc))
             for li, layer in enumerate(layer_ids)
         ]
-        rows = _grid_rows(np.full((n_layers, hc), t.image, dtype=object) if img else colours[p], cell)
-        text = html.escape(token_label(piece)) if not img else "&#9633;"
-        parts.append(_grid_cell("\n".join(tip), text, rows, hc * cell, t.muted if img else t.foreground))
+        text = html.escape(labels[p])
+        parts.append(_grid_cell("\n".join(tip), text, _grid_rows(colours[p], cell), hc * cell, t.foreground))
+        p += 1
     legend = _M.grid_legend(t, layer_ids, hc, Markup(_gradient(_hex(t.heat_cmap(np.linspace(0, 1, 11))))))
     return panel_box(t, _M.grid(Markup("".join(parts)), Markup(legend)), label)
 

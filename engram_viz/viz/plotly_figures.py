@@ -25,7 +25,8 @@ from engram_viz.viz.frames import (
 from engram_viz.viz.gate_plots import diff_matrix
 from engram_viz.viz.stamps import stamp
 from engram_viz.viz.style import HEAT_CMAP, HTML_FONT_STACK, Theme, get_theme, text_color_on
-from engram_viz.viz.token_labels import token_label, token_labels
+from engram_viz.viz.token_heatmap import token_axis
+from engram_viz.viz.token_labels import token_label
 
 
 def _cividis(value: float):
@@ -46,16 +47,17 @@ def _plotly_text(piece: str) -> str:
     return html.escape(token_label(piece), quote=False)
 
 
-def _plotly_texts(pieces) -> list[str]:
-    """Token labels safe for plotly's pseudo-HTML text (so '<br>' in code shows as text)."""
-    return [html.escape(label, quote=False) for label in token_labels(list(pieces))[0]]
-
-
 def _heatmap_rows(
-    tables: list[pd.DataFrame], layers: list[int], prompt, rows: pd.DataFrame | None, tokens: list[str]
+    tables: list[pd.DataFrame],
+    layers: list[int],
+    prompt,
+    rows: pd.DataFrame | None,
+    tokens: list[str],
+    where: list[str],
 ) -> tuple[list, list[str], list]:
-    """Per (layer, stream): the gates ``[T]`` (None at image positions), the row label and the hover
-    data ``[T, 3]`` (token, exposure, the 24 row ids)."""
+    """Per (layer, stream): the gates ``[C]`` of the columns (one per token, one per image span;
+    None for a span), the row label and the hover data ``[C, 4]`` (token, exposure, the 24 row
+    ids, the position(s)). ``tables``: one row per column (a span's first position)."""
     base = tables[0]
     n, image, positions = len(base), base["is_image"].to_numpy(), base.index.to_numpy()
     z, ylabels, custom = [], [], []
@@ -66,23 +68,26 @@ def _heatmap_rows(
             )
         exposure = table["exposure"].astype(int).astype(str).tolist() if "exposure" in table else ["n/a"] * n
         row_text = row_ids_text(rows, prompt, lay, sep="<br>")
-        ids = [row_text.get(int(p), "row ids: pass rows=") for p in positions]
+        ids = [
+            "gates 0 (masked)" if img else row_text.get(int(p), "row ids: pass rows=")
+            for p, img in zip(positions, image)
+        ]
         for s in stream_columns(table):
             values = table[s].to_numpy(dtype=float)
             z.append([None if img else float(v) for v, img in zip(values, image)])
             ylabels.append(f"L{lay} s{int(s)}")
-            custom.append([[tok, f"{e}/24", r] for tok, e, r in zip(tokens, exposure, ids)])
+            custom.append([[tok, f"{e}/24", r, w] for tok, e, r, w in zip(tokens, exposure, ids, where)])
     return z, ylabels, custom
 
 
-def _token_strip(go, fig, base: pd.DataFrame, tokens: list[str], custom: list, layer: int) -> None:
-    """Row 1: one cell per position coloured by the mean gate, the token written on it."""
-    image, positions = base["is_image"].to_numpy(), base.index.to_numpy()
+def _token_strip(go, fig, base: pd.DataFrame, tokens: list[str], custom: list, layer: int, muted: str) -> None:
+    """Row 1: one cell per column (token or image span) coloured by the mean gate, its label on it."""
+    image, columns = base["is_image"].to_numpy(), np.arange(len(base))
     strip = reduce_streams(base, "mean")
     fig.add_trace(
         go.Heatmap(
             z=[[None if img else float(v) for v, img in zip(strip, image)]],
-            x=positions,
+            x=columns,
             y=["tokens"],
             zmin=0,
             zmax=1,
@@ -91,24 +96,22 @@ def _token_strip(go, fig, base: pd.DataFrame, tokens: list[str], custom: list, l
             xgap=1,
             hoverongaps=False,
             customdata=np.array([custom], dtype=object),
-            hovertemplate="token %{customdata[0]}<br>position %{x}<br>mean gate (layer "
+            hovertemplate="token %{customdata[0]}<br>%{customdata[3]}<br>mean gate (layer "
             f"{layer}) %{{z:.3f}}<br>collision exposure %{{customdata[1]}}<extra></extra>",
         ),
         row=1,
         col=1,
     )
-    for p, tok, img, v in zip(positions, tokens, image, strip):
-        if img:
-            continue
+    for c, tok, img, v in zip(columns, tokens, image, strip):
         fig.add_annotation(
-            x=p,
+            x=c,
             y="tokens",
-            text=tok,
+            text=f"<i>{tok}</i>" if img else tok,
             textangle=-90,
             showarrow=False,
             xref="x",
             yref="y",
-            font={"size": 11, "color": text_color_on(_cividis(v))},
+            font={"size": 11, "color": muted if img else text_color_on(_cividis(v))},
         )
 
 
@@ -138,8 +141,9 @@ def gate_heatmap_interactive(
     height: int | None = None,
 ):
     """A plotly figure: a token strip (coloured by the mean gate of the first layer drawn) above a
-    (layer, stream) x position gate heatmap. Hover: token, position, layer/stream, gate, collision
-    exposure (when the frame has it) and the position's 24 row ids (when ``rows`` is given).
+    (layer, stream) x token gate heatmap, an image span one labelled column. Hover: token,
+    position, layer/stream, gate, collision exposure (when the frame has it) and the position's 24
+    row ids (when ``rows`` is given).
 
     gates: prompt, position, token, is_image, layer, stream, gate [+ exposure];
     rows (optional): prompt, position, layer, order, head, row.
@@ -150,14 +154,21 @@ def gate_heatmap_interactive(
     layers = pick_layers(gates, layer, "gates")
     t = get_theme(theme)
     tables = [gate_table(gates, prompt, lay) for lay in layers]
-    tokens = _plotly_texts(tables[0]["token"])
-    z, ylabels, custom = _heatmap_rows(tables, layers, prompt, rows, tokens)
+    axis = token_axis(tables[0]["token"].tolist(), tables[0]["is_image"].to_numpy())  # an image span: one column
+    first = [a for a, _ in axis.spans]
+    positions = tables[0].index.to_numpy()
+    where = [
+        f"position {positions[a]}" if a == b else f"positions {positions[a]}-{positions[b]}" for a, b in axis.spans
+    ]
+    tables = [tb.iloc[first] for tb in tables]
+    tokens = [html.escape(label, quote=False) for label in axis.labels]
+    z, ylabels, custom = _heatmap_rows(tables, layers, prompt, rows, tokens, where)
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.3, 0.7], vertical_spacing=0.02)
-    _token_strip(go, fig, tables[0], tokens, custom[0], layers[0])
+    _token_strip(go, fig, tables[0], tokens, custom[0], layers[0], t.muted)
     fig.add_trace(
         go.Heatmap(
             z=z,
-            x=tables[0].index.to_numpy(),
+            x=np.arange(len(axis)),
             y=ylabels,
             zmin=0,
             zmax=1,
@@ -166,7 +177,7 @@ def gate_heatmap_interactive(
             hoverongaps=False,
             customdata=np.array(custom, dtype=object),
             colorbar={"title": {"text": "gate"}, "len": 0.8, "y": 0.42},
-            hovertemplate="token %{customdata[0]}<br>position %{x}<br>%{y}<br>gate %{z:.4f}"
+            hovertemplate="token %{customdata[0]}<br>%{customdata[3]}<br>%{y}<br>gate %{z:.4f}"
             "<br>collision exposure %{customdata[1]}<br>%{customdata[2]}<extra></extra>",
         ),
         row=2,
@@ -176,7 +187,9 @@ def gate_heatmap_interactive(
     fig.update_yaxes(showgrid=False, zeroline=False)
     fig.update_yaxes(autorange="reversed", row=2, col=1)
     fig.update_yaxes(showticklabels=False, row=1, col=1)
-    fig.update_xaxes(title_text="position", row=2, col=1)
+    ticks = list(range(0, len(axis), max(1, len(axis) // 20)))
+    fig.update_xaxes(title_text="token (an image span is one column)", row=2, col=1)
+    fig.update_xaxes(tickmode="array", tickvals=ticks, ticktext=[where[c].split()[-1] for c in ticks], row=2, col=1)
     fig = _themed(
         fig,
         t,

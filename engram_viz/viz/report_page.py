@@ -96,7 +96,7 @@ def _provenance_items(prov: dict[str, Any]) -> list[tuple[str, str]]:
     """Model, streams, config, prompts and run, as (term, text)."""
     config = f"{prov['config']} (dim {prov['dim']}, {prov['hc_mult']} streams, Engram layers {prov['layers']})"
     prompts = (
-        f"{prov.get('prompt_set', 'custom')} set ({prov.get('prompts_source', prov['prompts_file'])}, copied to "
+        f"{prov.get('prompt_set', 'custom')} set: {prov.get('prompts_source', prov['prompts_file'])} (copied to "
         f"{prov['prompts_file']}) - {prov['n_prompts']} prompts, "
         f"{prov['n_tokens']} positions ({prov['n_image_positions']} in image spans); "
         f"sha256 {prov['prompts_sha256'][:16]}"

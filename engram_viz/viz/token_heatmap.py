@@ -123,7 +123,7 @@ def draw_token_heatmap(
         first = first or im
         ax.set_xlim(-0.5, cols - 0.5)  # the last panel keeps the others' cell width
         ax.set_yticks(range(len(row_labels)), row_labels, fontsize=TICK_PT)
-        for g in range(group_rows, len(row_labels), group_rows or len(row_labels) + 1):
+        for g in range(group_rows, len(row_labels), group_rows) if group_rows else ():
             ax.axhline(g - 0.5, color=t.background, linewidth=2.0)
         ax.set_xticks(range(hi - lo), axis.labels[lo:hi], rotation=90, fontsize=TICK_PT)
         for label, img in zip(ax.get_xticklabels(), axis.image[lo:hi]):

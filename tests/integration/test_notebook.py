@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import base64
 import json
+import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -53,6 +55,17 @@ def test_stamp_and_show_carry_the_label_and_a_png(trace):
     assert "<script" not in json.dumps(bundle)
     with pytest.raises(TypeError, match="cannot stamp"):
         stamp(object(), "x")
+
+
+def test_figures_dir_by_default_is_git_ignored_never_the_tracked_readme_figures(monkeypatch):
+    monkeypatch.delenv(settings.FIGURES_DIR, raising=False)
+    path = nb.figures_dir()
+    assert path == nb.REPO / "out" / "figures" and path.is_dir()
+    if (nb.REPO / ".git").exists() and shutil.which("git"):
+        ignored = subprocess.run(
+            ["git", "check-ignore", "-q", str(path / "readme_tokens.png")], check=False, cwd=nb.REPO
+        )
+        assert ignored.returncode == 0
 
 
 def test_figures_dir_and_corpus_tokens_from_the_environment(monkeypatch, tmp_path):

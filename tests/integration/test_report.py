@@ -18,6 +18,7 @@ import pytest
 from engram_viz._files import TABLE_FORMATS
 from engram_viz.apps.report_job import _missing_glyphs
 from engram_viz.cli import main
+from engram_viz.config import load_config
 from engram_viz.run.prompts import load_prompts
 from engram_viz.run.trace import Trace
 
@@ -211,3 +212,72 @@ def test_prompt_ids_with_separators_write_nothing_outside_out(tmp_path, capsys):
         for f in files:
             assert (out / f).resolve().parent == figures.resolve()
     assert Trace.load(out / "trace").prompt_ids == ids
+
+
+def test_distinct_ngrams_of_the_report_equal_an_independent_count(report_dir):
+    from _brute import ref_counts
+
+    trace = Trace.load(report_dir / "trace")
+    assert json.loads((report_dir / "manifest.json").read_text())["provenance"]["config"] == "tiny-engram"
+    config = load_config(Path(__file__).resolve().parents[2] / "data" / "tiny-engram")  # the embedded default
+    lengths = trace.lengths.tolist()
+    seqs = [trace.compressed_ids[b, :n].tolist() for b, n in enumerate(lengths)]
+    masks = [(~trace.is_image[b, :n]).tolist() for b, n in enumerate(lengths)]
+    distinct = len(ref_counts(config, seqs, masks))  # (order, n-gram) keys at text positions, by hand
+    totals = pd.read_parquet(report_dir / "tables" / "layer_totals.parquet")
+    assert totals["distinct_ngrams"].tolist() == [distinct] * len(config.engram_layer_ids)
+    per_column = pd.read_parquet(report_dir / "tables" / "usage_columns.parquet")
+    assert per_column.groupby("layer")["distinct_ngrams"].sum().tolist() == [8 * distinct] * len(totals)
+    page = (report_dir / "report.html").read_text(encoding="utf-8")
+    assert f"<td>{distinct:,}</td>" in page or f"<td>{distinct}</td>" in page
+
+
+@pytest.fixture(scope="module")
+def report_page(report_dir):
+    """The report opened in Debian's Chromium (Playwright), with its screenshot in out/test-artifacts."""
+    from browser_helpers import ARTIFACTS, chromium_path, launch
+
+    executable = chromium_path()
+    if executable is None:
+        pytest.skip("Debian's chromium is not installed (/usr/bin/chromium); .ci/system-deps.sh installs it")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = launch(p, executable)
+        page = browser.new_page(viewport={"width": 1200, "height": 900})
+        page.goto((report_dir / "report.html").as_uri())
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "report-top.png"))
+        yield page
+        browser.close()
+
+
+# text of every <text> of an SVG figure that pokes out of the figure (a clipped stamp, label or legend)
+_OUTSIDE = """() => { const svg = document.documentElement, box = svg.getBoundingClientRect();
+  return [...svg.querySelectorAll('text')].map(t => [t.textContent, t.getBoundingClientRect()])
+    .filter(([s, r]) => s.trim() && (r.left < box.left - 1 || r.right > box.right + 1 || r.top < box.top - 1
+      || r.bottom > box.bottom + 1)).map(([s]) => s); }"""
+
+
+def test_report_in_chromium_token_chips_headings_contents_and_figures(report_dir, report_page):
+    chips = report_page.eval_on_selector_all(".ev-tok", "els => els.map(e => e.textContent)")
+    assert len(chips) > 1000 and not [c for c in chips if "\ufffd" in c]
+    assert "BOS" in chips and not [c for c in chips if "begin\u2581of" in c]
+    headings = report_page.eval_on_selector_all("h1, h2, h3", "els => els.map(e => e.textContent.replace('#', ''))")
+    assert all(h.strip() for h in headings)
+    targets = report_page.eval_on_selector_all("nav.toc a", "els => els.map(e => e.getAttribute('href'))")
+    assert len(targets) > 20 and all(report_page.locator(t).count() == 1 for t in targets)
+    figure_page = report_page.context.browser.new_page()
+    for svg in sorted((report_dir / "figures").glob("*.svg")):
+        figure_page.goto(svg.as_uri())
+        assert figure_page.evaluate(_OUTSIDE) == [], svg.name
+    figure_page.close()
+
+
+def test_report_paths_are_relative_to_its_folder(report_dir):
+    for name in ("report.html", "manifest.json"):
+        text = (report_dir / name).read_text(encoding="utf-8")
+        assert str(report_dir) not in text and str(Path.cwd()) not in text and str(Path.home()) not in text, name
+    manifest = json.loads((report_dir / "manifest.json").read_text())
+    assert (report_dir / manifest["provenance"]["prompts_file"]).is_file()
+    assert {Path(p).suffix for p in manifest["figures"]["coverage"]} == {".png", ".svg", ".pdf"}

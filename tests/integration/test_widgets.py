@@ -11,6 +11,7 @@ import pytest
 from engram_viz.apps.widget import PromptComparison
 from engram_viz.run.pipeline import Pipeline
 from engram_viz.viz.export import check_offline_html
+from engram_viz.viz.token_labels import image_spans
 
 A = "Only Alexander the Great could tame the horse Bucephalus."
 B = "Only Alexander the Small could tame the horse Bucephalus."
@@ -137,9 +138,10 @@ def test_all_gates_view_shows_every_layer_and_stream_per_token(cmp, pipe):
     a = cmp.results["A"]
     panel = cmp.panels["A"]
     n_layers, hc = len(pipe.layer_ids), pipe.config.hc_mult
-    assert panel.count('class="ev-cell"') == len(a.input_ids)
+    n_cells = int((~np.asarray(a.is_image)).sum()) + len(image_spans(a.is_image))  # an image span is one cell
+    assert panel.count('class="ev-cell"') == n_cells
     cells = panel.count("display:inline-block;width:9px;height:9px")
-    assert cells == len(a.input_ids) * n_layers * hc
+    assert cells == n_cells * n_layers * hc
     for layer in pipe.layer_ids:
         assert f"layer {layer}: s0 " in panel
     # the difference view shows all layers x streams too

@@ -64,8 +64,9 @@ def test_an_image_span_only_in_a_is_one_chip_not_struck_tokens():
 
 
 def test_gate_grid_and_message_boxes():
-    a = _result([1, 7], [0.5, 0.0], [False, True])
+    a = _result([1, 7, 7, 7], [0.5, 0.0, 0.0, 0.0], [False, True, True, True])
     grid = gate_grid_html(a, LAYERS, label="prompt A - all gates")
-    assert grid.count('class="ev-cell"') == 2 and "layer 3: s0 0.500" in grid and "&#9633;" in grid
+    assert grid.count('class="ev-cell"') == 2 and "layer 3: s0 0.500" in grid  # the image span is one cell
+    assert "[image \u00d73]" in grid and "image span: positions 1-3 (3 tokens)" in grid
     assert 'class="ev-message"' in message_html("prompt A is empty <b>", title="prompt A")
     assert "&lt;b&gt;" in message_html("<b>")

@@ -342,6 +342,8 @@ def test_collision_and_coverage_bars_equal_the_frames(tables):
     assert [p.get_height() for p in ax.patches] == at["shared_buckets"].tolist()
     offsets = ax.collections[0].get_offsets()
     np.testing.assert_allclose(offsets[:, 1], at["expected_shared_buckets"].to_numpy())
+    once = int(at.groupby("order")["distinct_ngrams"].max().sum())  # each n-gram once, not once per head
+    assert ax.get_title(loc="left").endswith(f"; {once:,} distinct n-grams")
     (ax,) = coverage_per_column(coverage, layer=3)
     at = coverage[coverage["layer"] == 3].sort_values(["order", "head"])
     np.testing.assert_allclose([p.get_height() for p in ax.patches], at["coverage"].to_numpy())
@@ -537,11 +539,16 @@ def test_interactive_heatmap_hover_has_token_position_stream_gate_rows_exposure(
     fig = gate_heatmap_interactive(gates, "en-alexander", rows=rows, theme="dark")
     _, heat = fig.data
     template = heat.hovertemplate
-    for key in ("token", "position", "%{y}", "gate", "collision exposure", "customdata[2]"):
+    for key in ("token", "customdata[3]", "%{y}", "gate", "collision exposure", "customdata[2]"):
         assert key in template
     assert list(heat.y[:2]) == ["L1 s0", "L1 s1"] and len(heat.y) == len(LAYERS) * N_STREAMS
     z = np.array(heat.z, dtype=object)
-    assert all(v is None for v in z[:, IMAGE_AT])
+    assert (
+        all(v is None for v in z[:, IMAGE_AT])
+        and z.shape[1] == len(gate_table(gates, "en-alexander", 1)) - IMAGE_LEN + 1
+    )
+    custom_image = np.asarray(heat.customdata, dtype=object)[0, IMAGE_AT]
+    assert custom_image[0] == f"[image \u00d7{IMAGE_LEN}]" and custom_image[3].startswith("positions ")
     custom = np.asarray(heat.customdata, dtype=object)
     table = gate_table(gates, "en-alexander", 1)
     assert custom[0, 0, 0] == "Alexander"
@@ -549,7 +556,8 @@ def test_interactive_heatmap_hover_has_token_position_stream_gate_rows_exposure(
     ids = rows[(rows["prompt"] == "en-alexander") & (rows["layer"] == 1) & (rows["position"] == 0)]["row"]
     assert all(str(r) in custom[0, 0, 2] for r in ids)
     annotations = [a.text for a in fig.layout.annotations]
-    assert len(annotations) == len(table) - IMAGE_LEN and "Alexander" in annotations
+    assert len(annotations) == len(table) - IMAGE_LEN + 1 and "Alexander" in annotations  # a span: one label
+    assert custom[0, 0, 3] == "position 0"
     assert fig.layout.paper_bgcolor == THEMES["dark"].background
 
 
@@ -557,5 +565,5 @@ def test_interactive_heatmap_escapes_token_markup(gates):
     fig = gate_heatmap_interactive(gates, "code", layer=3)
     texts = [a.text for a in fig.layout.annotations]
     assert " &lt;" in texts and "(&#x27;&lt;" not in texts and "('&lt;" in texts
-    assert not any("<" in t for t in texts)
+    assert not any("<" in t for t in texts if not t.startswith("<i>"))  # an image span's label is in italics
     assert len(fig.data[1].y) == N_STREAMS

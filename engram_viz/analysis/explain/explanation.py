@@ -39,6 +39,7 @@ from engram_viz.analysis.corpus.windows import sequence_windows, window_ngrams
 from engram_viz.analysis.explain.attribution import LayerAttribution, attribute_layer
 from engram_viz.analysis.row_stats.trace_ngrams import trace_sequences
 from engram_viz.core.layout import EngramLayout
+from engram_viz.core.token_text import joined_text
 from engram_viz.errors import AttributionError
 from engram_viz.run.pipeline import Pipeline
 from engram_viz.run.provenance import Provenance, provenance_of
@@ -227,7 +228,7 @@ def _decoded_ngrams(trace: Any, decoder: NgramDecoder, positions: np.ndarray, ma
     longest = window_ngrams(windows[positions], max_ngram)  # [P, max_ngram], oldest first
     pieces = np.asarray(decoder.pieces(longest.ravel()), dtype=object).reshape(longest.shape)
     # the n-gram of order o is the last o pieces of the longest one
-    return [{o: "".join(row[max_ngram - o :]) for o in range(2, max_ngram + 1)} for row in pieces.tolist()]
+    return [{o: joined_text(row[max_ngram - o :]) for o in range(2, max_ngram + 1)} for row in pieces.tolist()]
 
 
 def _index(name: str, value: Any) -> int:

@@ -27,6 +27,7 @@ from engram_viz.analysis.corpus.ngram_counts import NgramCounts
 from engram_viz.analysis.corpus.windows import DEAD, sequence_blocked, sequence_windows, window_ngrams
 from engram_viz.analysis.row_stats.collisions import CollisionStats
 from engram_viz.config import EngramConfig, load_config
+from engram_viz.core.token_text import joined_text
 from engram_viz.errors import InputError
 from engram_viz.run.trace import Trace
 
@@ -80,7 +81,7 @@ def ngram_windows_table(trace: Trace, config: EngramConfig | str, prompt: str | 
     for t in range(len(c)):
         rec = {"position": t, "token": pieces[t], "is_image": bool(not text[t])}
         for order in range(2, max_ngram + 1):
-            rec[f"{order}-gram"] = "BLOCKED" if blocked[t, order - 1] else "".join(pieces[t - order + 1 : t + 1])
+            rec[f"{order}-gram"] = "BLOCKED" if blocked[t, order - 1] else joined_text(pieces[t - order + 1 : t + 1])
         rows.append(rec)
     return pd.DataFrame(rows)
 
