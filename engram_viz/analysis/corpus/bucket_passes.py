@@ -14,10 +14,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from engram_viz.analysis.corpus.ngram_counts import NgramCounts
-from engram_viz.analysis.corpus.row_ids import ngram_hashes
+from engram_viz.analysis.corpus.row_ids import ngram_hashes, reduce_mod
 from engram_viz.core.layout import EngramLayout
 from engram_viz.errors import InputError
-
 
 # A column whose prime is at most DENSE_RATIO x its distinct n-grams is tallied into one counter per
 # bucket (bincount: no sort, no gather over a permutation); a sparser one (V4.1's ~16M buckets per
@@ -87,7 +86,12 @@ class ColumnView:
     ngrams: np.ndarray  # int64 [U, order], oldest first, sorted
     counts: np.ndarray  # int64 [U], positions carrying each n-gram
     buckets: np.ndarray  # int64 [U], in [0, prime)
+    positions: int = -1  # counts.sum(): positions of the order (the same for every column of it)
     _stats: ColumnStats | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.positions < 0:
+            self.positions = int(self.counts.sum())
 
     def stats(self) -> ColumnStats:
         """The column's occupancy (computed on first use, then kept on the view, so every consumer
@@ -158,7 +162,8 @@ def column_view(layout: EngramLayout, counts: NgramCounts, layer_index: int, ord
     p = int(layout.column_primes[layer_index, col])
     h = ngram_hashes(layout, layer_index, ngrams)
     layer = layout.layer_ids[layer_index]
-    return ColumnView(layer, layer_index, order, head, col, p, int(layout.offsets[layer_index, col]), ngrams, c, h % p)
+    b = reduce_mod(h, p, np.empty_like(h))
+    return ColumnView(layer, layer_index, order, head, col, p, int(layout.offsets[layer_index, col]), ngrams, c, b)
 
 
 def run_column_pass(layout: EngramLayout, counts: NgramCounts, consumers: list) -> None:
@@ -174,12 +179,14 @@ def iter_columns(layout: EngramLayout, counts: NgramCounts) -> Iterator[ColumnVi
     unpacked once and hashed once per layer."""
     for n in layout.config.ngram_orders:
         ngrams, c = counts.ngrams(n)
+        positions = int(c.sum())
         for li, layer in enumerate(layout.layer_ids):
-            h = ngram_hashes(layout, li, ngrams)
+            h = ngram_hashes(layout, li, ngrams)  # >= 0: every product stays below 2**63
             for head in range(layout.n_heads):
                 col = (n - 2) * layout.n_heads + head
                 p = int(layout.column_primes[li, col])
-                yield ColumnView(layer, li, n, head, col, p, int(layout.offsets[li, col]), ngrams, c, h % p)
+                b = reduce_mod(h, p, np.empty_like(h))  # h % p without a division per n-gram
+                yield ColumnView(layer, li, n, head, col, p, int(layout.offsets[li, col]), ngrams, c, b, positions)
 
 
 def top_indices(values: np.ndarray, tiebreak: np.ndarray, k: int) -> np.ndarray:
