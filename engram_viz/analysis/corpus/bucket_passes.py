@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -30,12 +31,35 @@ class ColumnStats:
     """Occupancy of one column, computed once: ``occupied`` int64 ``[R]`` (sorted buckets holding
     at least one n-gram), ``n_ngrams`` and ``hits`` int64 ``[R]`` (distinct n-grams and summed
     positions per occupied bucket), ``per_key`` int64 ``[U]`` (distinct n-grams in each n-gram's
-    own bucket, itself included)."""
+    own bucket, itself included). ``order`` and ``starts`` (the n-grams grouped by bucket) cost a
+    sort and are computed only when asked for."""
 
     occupied: np.ndarray
     n_ngrams: np.ndarray
     hits: np.ndarray
     per_key: np.ndarray
+    buckets: np.ndarray = field(repr=False)  # int64 [U], the view's
+
+    @cached_property
+    def order(self) -> np.ndarray:
+        """int64 ``[U]``: ``order[starts[r] : starts[r] + n_ngrams[r]]`` are the n-grams (ascending)
+        of bucket ``occupied[r]`` (one stable sort)."""
+        return np.argsort(self.buckets, kind="stable")
+
+    @cached_property
+    def starts(self) -> np.ndarray:
+        return np.cumsum(self.n_ngrams) - self.n_ngrams
+
+    def totals_without(self, left_out: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(n_ngrams, hits)`` int64 ``[R]`` per occupied bucket with the n-grams ``left_out``
+        (bool ``[U]``, few: e.g. special-only n-grams) not counted; ``counts`` the view's. No sort:
+        only the left-out n-grams are looked up."""
+        idx = np.flatnonzero(left_out)
+        at = np.searchsorted(self.occupied, self.buckets[idx])
+        n_ngrams, hits = self.n_ngrams.copy(), self.hits.copy()
+        np.subtract.at(n_ngrams, at, 1)
+        np.subtract.at(hits, at, counts[idx])
+        return n_ngrams, hits
 
 
 def _dense_stats(buckets: np.ndarray, counts: np.ndarray, prime: int) -> ColumnStats:
@@ -43,7 +67,7 @@ def _dense_stats(buckets: np.ndarray, counts: np.ndarray, prime: int) -> ColumnS
     n_per = np.bincount(buckets, minlength=prime)
     occupied = np.flatnonzero(n_per)
     hits = np.bincount(buckets, weights=counts, minlength=prime)[occupied]  # float64: exact below 2**53
-    return ColumnStats(occupied, n_per[occupied], hits.astype(np.int64), n_per[buckets])
+    return ColumnStats(occupied, n_per[occupied], hits.astype(np.int64), n_per[buckets], buckets)
 
 
 def _sorted_stats(buckets: np.ndarray, counts: np.ndarray) -> ColumnStats:
@@ -65,7 +89,7 @@ def _sorted_stats(buckets: np.ndarray, counts: np.ndarray) -> ColumnStats:
         at = np.minimum(np.searchsorted(shared_buckets, buckets), len(shared_buckets) - 1)
         found = shared_buckets[at] == buckets
         per_key[found] = shared_sizes[at[found]]
-    return ColumnStats(occupied, n_ngrams, hits, per_key)
+    return ColumnStats(occupied, n_ngrams, hits, per_key, buckets)
 
 
 def _packable(buckets: np.ndarray, counts: np.ndarray, prime: int) -> bool:
@@ -106,7 +130,7 @@ class ColumnView:
             else:  # a prime above 2**25 or a count above 2**38: tally the sparse column by np.unique
                 occupied, inverse, n = np.unique(self.buckets, return_inverse=True, return_counts=True)
                 hits = np.bincount(inverse, weights=self.counts, minlength=len(occupied)).astype(np.int64)
-                self._stats = ColumnStats(occupied, n.astype(np.int64), hits, n[inverse].astype(np.int64))
+                self._stats = ColumnStats(occupied, n.astype(np.int64), hits, n[inverse].astype(np.int64), self.buckets)
         return self._stats
 
     def bucket_totals(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -137,9 +161,7 @@ class ColumnView:
         ``order[starts[r] : starts[r] + n_ngrams[r]]`` are the n-grams (ascending) of bucket
         ``occupied[r]`` (one stable sort, for a caller that walks every bucket's members)."""
         s = self.stats()
-        order = np.argsort(self.buckets, kind="stable")
-        starts = np.cumsum(s.n_ngrams) - s.n_ngrams
-        return order, starts
+        return s.order, s.starts
 
 
 def bucket_lookup(buckets: np.ndarray, prime: int, query: np.ndarray) -> np.ndarray:
