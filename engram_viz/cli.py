@@ -17,13 +17,23 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from engram_viz import settings
+from engram_viz.commands.option_types import (  # bounded integers and --version: the stdlib only
+    LAYER,
+    PORT,
+    POSITIVE,
+    SEED,
+    STEPS,
+    TOKEN_INDEX,
+    TOP,
+    WORKERS,
+    Version,
+)
 from engram_viz.errors import EngramVizError
 
 WEIGHTS_RULE = "$ENGRAM_VIZ_CHECKPOINT when set, else the embedded default data/tiny-engram"
@@ -42,42 +52,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
-
-
-# The shared argparse types of the numeric options: digits only (no 1e3, 0x10, 1_000, 1.0), each
-# bounded, so nothing past argparse meets NaN, inf, an overflow, a negative or a zero it cannot use.
-INT_LIMITS: dict[str, tuple[int, int]] = {}  # the name of each integer type -> its (lowest, highest)
-_DIGITS = re.compile(r"[+-]?[0-9]+")
-
-
-def int_range(lo: int, hi: int) -> Callable[[str], int]:
-    """An argparse type: an integer from ``lo`` to ``hi`` written in decimal digits."""
-    what = f"an integer from {lo:,} to {hi:,}"
-
-    def parse(text: str) -> int:
-        digits = text.strip()
-        if not _DIGITS.fullmatch(digits):
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
-        if len(digits.lstrip("+-0")) > len(str(max(abs(lo), abs(hi)))):  # before int(): no 5,000-digit parse
-            raise argparse.ArgumentTypeError(f"expected {what}, got a number {len(digits)} digits long")
-        value = int(digits)
-        if not lo <= value <= hi:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {value}")
-        return value
-
-    parse.__name__ = f"int_{lo}_{hi}".replace("-", "minus")
-    INT_LIMITS[parse.__name__] = (lo, hi)
-    return parse
-
-
-POSITIVE = int_range(1, 2**62)  # counts of things: tokens
-TOKEN_INDEX = int_range(-(2**31), 2**31 - 1)  # explain's --position (negative from the end)
-LAYER = int_range(0, 2**31 - 1)
-TOP = int_range(0, 1_000_000)  # hot rows per layer (0: none)
-WORKERS = int_range(1, 1024)
-SEED = int_range(0, 2**32 - 1)  # a 32-bit seed
-STEPS = int_range(1, 10_000_000)
-PORT = int_range(0, 65535)  # 0: any free port
 
 
 def byte_size(text: str) -> int:
@@ -99,23 +73,6 @@ def _device(value: str) -> str | None:
         return str(_library("engram_viz.core.devices", "resolve_device")(value))
     except EngramVizError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
-
-
-class _Version(argparse.Action):
-    """``--version``: the installed distribution's version, looked up only when asked."""
-
-    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
-
-    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
-        from importlib import metadata  # stdlib, and only for this flag
-
-        try:
-            version = metadata.version("engram-viz")
-        except metadata.PackageNotFoundError:
-            version = "unknown (the package is not installed; run from a source tree)"
-        print(f"engram-viz {version}")
-        parser.exit(0)
 
 
 # ---- options shared by several sub-commands
@@ -491,7 +448,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_examples() + "\n\n'engram-viz COMMAND --help' lists a command's options.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action=_Version, help="print the version and exit")
+    parser.add_argument("--version", action=Version, help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help=argparse.SUPPRESS)
     for name, command in COMMANDS.items():
         p = sub.add_parser(

@@ -54,6 +54,11 @@ def _bundled_digest() -> str:
     return hashlib.sha256(bundled_tokenizer_file().read_bytes()).hexdigest()
 
 
+# fastokens encodes a corpus ~15-60x faster than tokenizers but costs about a second of CPU to build
+# (once per process): a small input (a one-line file, the first MiB of a corpus) does not pay for it.
+FAST_AFTER_CHARS = 1 << 20
+
+
 def fast_batch_backend(path: Path, digest: str):
     """``fastokens``' reading of ``path`` (sha256 ``digest``) when the package is installed and the
     file is the bundled one (where its ids are tested equal to ``tokenizers``'); else None."""
@@ -140,6 +145,7 @@ class EngramTokenizer:
             if not path.is_file():
                 raise FileNotFoundError(f"tokenizer source {source} has no tokenizer.json")
         self.path = path
+        self.batched_chars = 0  # text seen by encode_batch: fastokens is built once past FAST_AFTER_CHARS
         try:
             self.backend = Tokenizer.from_file(str(path))
         except Exception as err:  # noqa: BLE001 - the tokenizers binding raises a bare Exception on a garbage file
@@ -195,9 +201,12 @@ class EngramTokenizer:
     def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """Raw token ids of many texts, no special tokens added (an added token's text in a text
         still maps to its id, as in :meth:`encode`): ``(ids int64 [N], lengths int64 [len(texts)])``,
-        the texts' ids concatenated in order. ``fastokens`` when :attr:`batch_backend` is set,
-        else the ``tokenizers`` batch API; the same ids either way."""
-        if self.batch_backend is not None:
+        the texts' ids concatenated in order. ``fastokens`` when :attr:`batch_backend` is set (built
+        once this tokenizer has batched ``FAST_AFTER_CHARS`` of text, or when asked for), else the
+        ``tokenizers`` batch API; the same ids either way."""
+        self.batched_chars += sum(map(len, texts))
+        built = "batch_backend" in self.__dict__  # cached_property: built (or refused) already
+        if (built or self.batched_chars > FAST_AFTER_CHARS) and self.batch_backend is not None:
             flat, offsets = self.batch_backend.encode_batch_flat(texts, add_special_tokens=False)
             ids = np.frombuffer(flat, dtype="<u4").astype(np.int64)
             return ids, np.diff(np.frombuffer(offsets, dtype="<u8")).astype(np.int64)

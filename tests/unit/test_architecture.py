@@ -15,7 +15,9 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "engram_viz"
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 80
-LAZY_IMPORTERS = {"cli.py", "__init__.py"}  # engram_viz/cli.py and engram_viz/__init__.py only (see above)
+# engram_viz/cli.py and engram_viz/__init__.py (see above), and the app's server, whose loading page
+# answers before torch and the model code are imported
+LAZY_IMPORTERS = {"cli.py", "__init__.py", "apps/app_server.py"}
 
 
 def _modules() -> list[tuple[Path, ast.Module]]:

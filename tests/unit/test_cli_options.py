@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from engram_viz import cli
 from engram_viz.analysis.corpus.spill import MAX_MEMORY_LIMIT, parse_memory_limit
 from engram_viz.apps.corpus_job import run_corpus
+from engram_viz.commands import option_types
 from engram_viz.errors import CorpusError, MemoryLimitError
 
 
@@ -26,7 +27,7 @@ def _subparsers() -> dict[str, argparse.ArgumentParser]:
 def _limits(action: argparse.Action) -> tuple[int, int] | None:
     if action.type is cli.byte_size:
         return (1, MAX_MEMORY_LIMIT)
-    return cli.INT_LIMITS.get(getattr(action.type, "__name__", ""))
+    return option_types.INT_LIMITS.get(getattr(action.type, "__name__", ""))
 
 
 NUMERIC = sorted(

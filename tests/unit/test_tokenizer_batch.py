@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engram_viz.core.tokenizer import bundled_tokenizer_file, fast_batch_backend
+from engram_viz.core.tokenizer import FAST_AFTER_CHARS, EngramTokenizer, bundled_tokenizer_file, fast_batch_backend
 
 # Pieces where the three-stage pre-tokenizer (digits in threes, CJK/kana runs, the main pattern)
 # and the byte-level BPE are easiest to get wrong: digits of several scripts and numerals,
@@ -106,6 +106,13 @@ PIECES = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def _fast_backend_built(tokenizer):
+    """The session tokenizer's fast backend built up front: every batch here takes it (fastokens
+    is otherwise built only once FAST_AFTER_CHARS of text went through ``encode_batch``)."""
+    _ = tokenizer.batch_backend
+
+
 def added_tokens() -> list[str]:
     """Every added token's text (matched as one id inside a text, special or not)."""
     return [t["content"] for t in json.loads(bundled_tokenizer_file().read_text(encoding="utf-8"))["added_tokens"]]
@@ -165,3 +172,14 @@ def test_a_pickled_copy_rebuilds_its_fast_backend(tokenizer):
     assert "batch_backend" not in shipped.__dict__
     assert split(*shipped.encode_batch(SAMPLE)) == reference(tokenizer, SAMPLE)
     assert shipped.batch_backend is not None
+
+
+def test_a_small_input_is_encoded_without_building_fastokens():
+    pytest.importorskip("fastokens")
+    fresh = EngramTokenizer("v41-flash")
+    small = fresh.encode_batch(SAMPLE)
+    assert "batch_backend" not in fresh.__dict__  # a one-line corpus pays no build
+    big = ["In the beginning 1234 中文 ひらがな 😀 " * 1000] * (FAST_AFTER_CHARS // 30_000 + 1)
+    ids = fresh.encode_batch(big)
+    assert fresh.__dict__.get("batch_backend") is not None  # past FAST_AFTER_CHARS: fastokens from here on
+    assert split(*small) == reference(fresh, SAMPLE) and split(*ids) == reference(fresh, big)

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
 from engram_viz.analysis.corpus.ngram_counts import NgramCounts
-from engram_viz.analysis.corpus.row_ids import ngram_hashes
+from engram_viz.analysis.corpus.row_ids import ngram_hashes, reduce_mod
 from engram_viz.core.layout import EngramLayout
 from engram_viz.errors import InputError
 
@@ -30,12 +31,35 @@ class ColumnStats:
     """Occupancy of one column, computed once: ``occupied`` int64 ``[R]`` (sorted buckets holding
     at least one n-gram), ``n_ngrams`` and ``hits`` int64 ``[R]`` (distinct n-grams and summed
     positions per occupied bucket), ``per_key`` int64 ``[U]`` (distinct n-grams in each n-gram's
-    own bucket, itself included)."""
+    own bucket, itself included). ``order`` and ``starts`` (the n-grams grouped by bucket) cost a
+    sort and are computed only when asked for."""
 
     occupied: np.ndarray
     n_ngrams: np.ndarray
     hits: np.ndarray
     per_key: np.ndarray
+    buckets: np.ndarray = field(repr=False)  # int64 [U], the view's
+
+    @cached_property
+    def order(self) -> np.ndarray:
+        """int64 ``[U]``: ``order[starts[r] : starts[r] + n_ngrams[r]]`` are the n-grams (ascending)
+        of bucket ``occupied[r]`` (one stable sort)."""
+        return np.argsort(self.buckets, kind="stable")
+
+    @cached_property
+    def starts(self) -> np.ndarray:
+        return np.cumsum(self.n_ngrams) - self.n_ngrams
+
+    def totals_without(self, left_out: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(n_ngrams, hits)`` int64 ``[R]`` per occupied bucket with the n-grams ``left_out``
+        (bool ``[U]``, few: e.g. special-only n-grams) not counted; ``counts`` the view's. No sort:
+        only the left-out n-grams are looked up."""
+        idx = np.flatnonzero(left_out)
+        at = np.searchsorted(self.occupied, self.buckets[idx])
+        n_ngrams, hits = self.n_ngrams.copy(), self.hits.copy()
+        np.subtract.at(n_ngrams, at, 1)
+        np.subtract.at(hits, at, counts[idx])
+        return n_ngrams, hits
 
 
 def _dense_stats(buckets: np.ndarray, counts: np.ndarray, prime: int) -> ColumnStats:
@@ -43,7 +67,7 @@ def _dense_stats(buckets: np.ndarray, counts: np.ndarray, prime: int) -> ColumnS
     n_per = np.bincount(buckets, minlength=prime)
     occupied = np.flatnonzero(n_per)
     hits = np.bincount(buckets, weights=counts, minlength=prime)[occupied]  # float64: exact below 2**53
-    return ColumnStats(occupied, n_per[occupied], hits.astype(np.int64), n_per[buckets])
+    return ColumnStats(occupied, n_per[occupied], hits.astype(np.int64), n_per[buckets], buckets)
 
 
 def _sorted_stats(buckets: np.ndarray, counts: np.ndarray) -> ColumnStats:
@@ -65,7 +89,7 @@ def _sorted_stats(buckets: np.ndarray, counts: np.ndarray) -> ColumnStats:
         at = np.minimum(np.searchsorted(shared_buckets, buckets), len(shared_buckets) - 1)
         found = shared_buckets[at] == buckets
         per_key[found] = shared_sizes[at[found]]
-    return ColumnStats(occupied, n_ngrams, hits, per_key)
+    return ColumnStats(occupied, n_ngrams, hits, per_key, buckets)
 
 
 def _packable(buckets: np.ndarray, counts: np.ndarray, prime: int) -> bool:
@@ -86,7 +110,12 @@ class ColumnView:
     ngrams: np.ndarray  # int64 [U, order], oldest first, sorted
     counts: np.ndarray  # int64 [U], positions carrying each n-gram
     buckets: np.ndarray  # int64 [U], in [0, prime)
+    positions: int = -1  # counts.sum(): positions of the order (the same for every column of it)
     _stats: ColumnStats | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.positions < 0:
+            self.positions = int(self.counts.sum())
 
     def stats(self) -> ColumnStats:
         """The column's occupancy (computed on first use, then kept on the view, so every consumer
@@ -101,7 +130,7 @@ class ColumnView:
             else:  # a prime above 2**25 or a count above 2**38: tally the sparse column by np.unique
                 occupied, inverse, n = np.unique(self.buckets, return_inverse=True, return_counts=True)
                 hits = np.bincount(inverse, weights=self.counts, minlength=len(occupied)).astype(np.int64)
-                self._stats = ColumnStats(occupied, n.astype(np.int64), hits, n[inverse].astype(np.int64))
+                self._stats = ColumnStats(occupied, n.astype(np.int64), hits, n[inverse].astype(np.int64), self.buckets)
         return self._stats
 
     def bucket_totals(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -132,9 +161,7 @@ class ColumnView:
         ``order[starts[r] : starts[r] + n_ngrams[r]]`` are the n-grams (ascending) of bucket
         ``occupied[r]`` (one stable sort, for a caller that walks every bucket's members)."""
         s = self.stats()
-        order = np.argsort(self.buckets, kind="stable")
-        starts = np.cumsum(s.n_ngrams) - s.n_ngrams
-        return order, starts
+        return s.order, s.starts
 
 
 def bucket_lookup(buckets: np.ndarray, prime: int, query: np.ndarray) -> np.ndarray:
@@ -157,7 +184,8 @@ def column_view(layout: EngramLayout, counts: NgramCounts, layer_index: int, ord
     p = int(layout.column_primes[layer_index, col])
     h = ngram_hashes(layout, layer_index, ngrams)
     layer = layout.layer_ids[layer_index]
-    return ColumnView(layer, layer_index, order, head, col, p, int(layout.offsets[layer_index, col]), ngrams, c, h % p)
+    b = reduce_mod(h, p, np.empty_like(h))
+    return ColumnView(layer, layer_index, order, head, col, p, int(layout.offsets[layer_index, col]), ngrams, c, b)
 
 
 def run_column_pass(layout: EngramLayout, counts: NgramCounts, consumers: list) -> None:
@@ -173,12 +201,14 @@ def iter_columns(layout: EngramLayout, counts: NgramCounts) -> Iterator[ColumnVi
     unpacked once and hashed once per layer."""
     for n in layout.config.ngram_orders:
         ngrams, c = counts.ngrams(n)
+        positions = int(c.sum())
         for li, layer in enumerate(layout.layer_ids):
-            h = ngram_hashes(layout, li, ngrams)
+            h = ngram_hashes(layout, li, ngrams)  # >= 0: every product stays below 2**63
             for head in range(layout.n_heads):
                 col = (n - 2) * layout.n_heads + head
                 p = int(layout.column_primes[li, col])
-                yield ColumnView(layer, li, n, head, col, p, int(layout.offsets[li, col]), ngrams, c, h % p)
+                b = reduce_mod(h, p, np.empty_like(h))  # h % p without a division per n-gram
+                yield ColumnView(layer, li, n, head, col, p, int(layout.offsets[li, col]), ngrams, c, b, positions)
 
 
 def top_indices(values: np.ndarray, tiebreak: np.ndarray, k: int) -> np.ndarray:

@@ -100,6 +100,7 @@ class _CollisionConsumer:
         self.result = _Pass([], [], [], {})
         self._shared_heads = np.zeros(0, dtype=np.int8)
         self._probs: list[float] = []
+        self._ranked: tuple[int, np.ndarray] = (-1, np.empty(0, np.int64))  # (order, its most frequent keys)
 
     def __call__(self, view) -> None:
         res, heads = self.result, self.layout.n_heads
@@ -118,7 +119,7 @@ class _CollisionConsumer:
                 "occupied": n_occupied,
                 "shared_buckets": n_shared,
                 "colliding_ngrams": int(colliding.sum()),
-                "positions": int(view.counts.sum()),
+                "positions": view.positions,
                 "colliding_positions": int(view.counts[colliding].sum()),
                 "expected_occupied": float(exp["occupied"]),
                 "expected_shared_buckets": float(exp["shared_buckets"]),
@@ -148,12 +149,25 @@ class _CollisionConsumer:
                 )
         n_examples, per_bucket, candidates = self.params
         if n_examples and colliding.any():
-            res.examples += _column_examples(view, colliding, n_examples, per_bucket, candidates)
+            top = self._top_colliding(view, colliding, candidates)
+            res.examples += _column_examples(view, top, n_examples, per_bucket)
+
+    def _top_colliding(self, view, colliding: np.ndarray, candidates: int) -> np.ndarray:
+        """The ``candidates`` most frequent colliding keys (ties: smaller index). The order's
+        most frequent keys are ranked once for all its columns; a column whose colliding keys are
+        not all among them (a sparse column: few collide) ranks its own colliding keys."""
+        if self._ranked[0] != view.order:
+            self._ranked = (view.order, top_indices(view.counts, np.arange(len(view.counts)), candidates))
+        ranked = self._ranked[1]
+        hit = ranked[colliding[ranked]]
+        if len(hit) >= candidates or len(ranked) == len(view.counts):
+            return hit[:candidates]  # the global ranking restricted to colliding keys keeps its order
+        idx = np.flatnonzero(colliding)
+        return idx[top_indices(view.counts[idx], idx, candidates)]
 
 
-def _column_examples(view, colliding: np.ndarray, n_examples: int, per_bucket: int, candidates: int) -> list[dict]:
-    idx = np.flatnonzero(colliding)
-    top = idx[top_indices(view.counts[idx], idx, candidates)]  # most frequent colliding keys
+def _column_examples(view, top: np.ndarray, n_examples: int, per_bucket: int) -> list[dict]:
+    """The ``n_examples`` example buckets of a column among those of its ``top`` colliding keys."""
     sel = view.keys_in(np.unique(view.buckets[top]))
     sel = sel[np.lexsort((sel, -view.counts[sel], view.buckets[sel]))]  # by bucket, then count desc
     b = view.buckets[sel]

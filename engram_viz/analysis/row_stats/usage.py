@@ -106,7 +106,7 @@ class _UsageConsumer:
                 "prime": view.prime,
                 "offset": view.offset,
                 "distinct_ngrams": len(view.ngrams),
-                "hits": int(view.counts.sum()),
+                "hits": view.positions,
                 "rows_touched": len(buckets),
                 "coverage": len(buckets) / view.prime,
                 "max_hits": int(hits.max()) if len(hits) else 0,
