@@ -65,6 +65,29 @@ def cpu_seconds() -> float:
     return t.user + t.system
 
 
+class BlockClock:
+    """Prints the wall and CPU time as each ViT block starts (when its first weight is asked for), so a
+    long run shows its pace; a ``with`` block around one encoder call."""
+
+    def __init__(self, src: ProceduralVision, t0: float, c0: float):
+        self.src, self.t0, self.c0, self.tensor = src, t0, c0, src.tensor
+
+    def _tensor(self, name: str) -> torch.Tensor:
+        if name.endswith(".norm1.weight"):
+            print(
+                f"  {name.split('.')[2]:>2}: {time.perf_counter() - self.t0:7.1f} s wall, "
+                f"{cpu_seconds() - self.c0:7.1f} s CPU",
+                flush=True,
+            )
+        return self.tensor(name)
+
+    def __enter__(self) -> None:
+        self.src.tensor = self._tensor
+
+    def __exit__(self, *exc) -> None:
+        self.src.tensor = self.tensor
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", nargs="+", default=["640x480", "1920x1080"])
@@ -95,7 +118,7 @@ def main() -> None:
         plan = pic.plan
         before = rss_bytes()
         t0, c0 = time.perf_counter(), cpu_seconds()
-        with PeakRSS() as peak:
+        with PeakRSS() as peak, BlockClock(src, t0, c0):
             out = encode_image(src, pic.patches, plan.vit_h, plan.vit_w)
         wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
         print(

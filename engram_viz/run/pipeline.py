@@ -58,7 +58,7 @@ from engram_viz.run.capture import DEFAULT_NAMES, ActivationCache, HookFn, HookR
 from engram_viz.run.images import ImagePromptError, ImageSpan, ImageTextInput, build_input
 from engram_viz.run.prompt_text import PromptInputError, check_prompt_text
 from engram_viz.run.prompts import Prompt, build_prompt
-from engram_viz.run.stream_sources import StreamsFn, choose_stream_source, runs_model_whole
+from engram_viz.run.stream_sources import ModelStreams, StreamsFn, choose_stream_source, runs_model_whole
 from engram_viz.run.streams import BatchImages, StreamSource
 from engram_viz.run.trace import Trace, trace_from_cache
 from engram_viz.tiny.files import load_tiny_model
@@ -340,6 +340,8 @@ class Pipeline:
         mask = token_types < 0
         hashes = self.hash_constants.hash_prompt(input_ids.cpu(), mask.cpu())
         if self.lm is not None:
+            if isinstance(self.streams_source, ModelStreams):
+                self.streams_source.note_images(token_types, images)
             outs: dict[int, torch.Tensor] = {}
             handles = [
                 e.hook_out.add_hook(lambda t, name, n=n: outs.__setitem__(n, t)) for n, e in self.engrams.items()

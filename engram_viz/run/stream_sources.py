@@ -30,6 +30,7 @@ from engram_viz.config import TEXT, EngramConfig
 from engram_viz.core.engram import Engram
 from engram_viz.errors import CheckpointError, StreamsError
 from engram_viz.run.block_streams import BlockStreams
+from engram_viz.run.images import NO_FEATURES
 from engram_viz.run.streams import (
     BatchImages,
     Block0Streams,
@@ -70,8 +71,14 @@ class ModelStreams(StreamSource):
         device = next(self.lm.parameters()).device
         with engrams[layer].hook_streams.add_hook(lambda x, name: seen.update(x=x.detach().clone())), torch.no_grad():
             self.lm(raw_ids.to(device), (token_types < 0).to(device))
-        label = self.label + image_clause(token_types, images, None)  # the tiny LM has no vision tower
-        return Streams(seen["x"], label, "model", layer, raw_ids, token_types)
+        return Streams(seen["x"], self.note_images(token_types, images), "model", layer, raw_ids, token_types)
+
+    def note_images(self, token_types: torch.Tensor, images: BatchImages = ()) -> str:
+        """The label for a forward over ``token_types`` (set as ``self.label``): the tiny LM has no vision
+        tower, so its image spans (pictures too) carry no image features, which the label then says."""
+        spans = bool((token_types >= 0).any())
+        self.label = MODEL_LABEL + (f"; image spans carry the image token's embedding: {NO_FEATURES}" if spans else "")
+        return self.label
 
 
 class EmbeddingStreams(StreamSource):

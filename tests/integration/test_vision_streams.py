@@ -147,3 +147,14 @@ def test_attention_in_blocks_of_queries_is_bit_for_bit_one_call(parts, layer1, m
     whole = encode_image(vision, img.patches, img.n_h, img.n_w)  # 110 patches: one block
     monkeypatch.setattr(vit_module, "SCORES_PER_BLOCK", SMALL_VISION.vision_n_heads * 110 * 7)  # blocks of 7 rows
     assert torch.equal(encode_image(vision, img.patches, img.n_h, img.n_w), whole)
+
+
+def test_the_tiny_lm_labels_every_image_span_no_image_features(tmp_path):
+    (tmp_path / "p.png").write_bytes(encoded(gradient, 84, 56))
+    pipe = Pipeline()  # the embedded default: the tiny LM, no vision tower
+    trace = pipe.run(
+        [{"id": "a", "text": "a <image:2x2> b"}, {"id": "b", "text": "c <image> d", "images": [tmp_path / "p.png"]}]
+    )
+    assert trace.streams_label.endswith("; image spans carry the image token's embedding: no image features")
+    assert trace.meta["image_spans"]["a"][0]["fill"] == "<image:2x2>: no image features"
+    assert "no image features" not in pipe.run(["plain text"]).streams_label
