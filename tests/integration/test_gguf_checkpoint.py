@@ -23,8 +23,6 @@ from engram_viz.weights.gguf_table import GGUFTable
 from engram_viz.weights.resolve import open_weights, weights_config
 from engram_viz.weights.tiny_folder import DEFAULT_DIR
 
-pytestmark = pytest.mark.unit
-
 T = GGMLQuantizationType
 # Q8_0 tables move no gate of the tiny LM by MOVED (0.05) or more (measured over the default prompts: max 0.0497,
 # p99 0.0042); each change is within the signed square root's own bound sqrt(2 |d dot|) / 4 (sigmoid's slope is at
