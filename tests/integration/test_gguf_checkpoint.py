@@ -13,12 +13,14 @@ import torch
 from gguf import GGMLQuantizationType
 from gguf_kit import write_engram_gguf
 
+from engram_viz.cli import main
 from engram_viz.core.schema import gguf_names
 from engram_viz.errors import CheckpointError, InputError
 from engram_viz.run.pipeline import Pipeline
 from engram_viz.weights.gguf_checkpoint import open_gguf_checkpoint
 from engram_viz.weights.gguf_export import export_gguf
 from engram_viz.weights.gguf_file import open_gguf
+from engram_viz.weights.gguf_inspect import inspect_gguf
 from engram_viz.weights.gguf_table import GGUFTable
 from engram_viz.weights.resolve import open_weights, weights_config
 from engram_viz.weights.tiny_folder import DEFAULT_DIR
@@ -148,3 +150,12 @@ def test_the_exported_constants_and_tensors(tiny_ggufs):
     assert f.value("deepseek41.engram.token_map").shape == (129280,)
     assert f.tensors["blk.1.engram_embd.weight"].shape == (242682, 32)
     assert f.tensors["tiny.embed.raw_ids"].qtype == T.I64
+
+
+def test_inspect_a_gguf_file(tmp_path, good, capsys):
+    assert main(["inspect", str(good)]) == 0
+    text = capsys.readouterr().out
+    assert "blk.1.engram_embd.weight" in text and "Q8_0" in text and "check against config tiny: ok" in text
+    bad = write_engram_gguf(tmp_path / "bad.gguf", wrong={"primes": (0, 11)})
+    report = inspect_gguf(bad)
+    assert report["valid"] is False and "primes[0] is 11" in report["error"] and report["layout"] == "gguf"
