@@ -29,8 +29,10 @@ from engram_viz.core.tokenizer import get_tokenizer
 from engram_viz.errors import EngramVizError, MemoryLimitError
 from engram_viz.run.pipeline import Pipeline
 from engram_viz.tiny.train import TrainSettings, train_tiny
+from engram_viz.weights.gguf_export import export_gguf
 from engram_viz.weights.inspect import format_inspect, inspect_checkpoint
 from engram_viz.weights.resolve import weights_config
+from engram_viz.weights.tiny_folder import DEFAULT_DIR
 
 WEIGHTS_RULE = "$ENGRAM_VIZ_CHECKPOINT when set, else the embedded default data/tiny-engram"
 
@@ -230,6 +232,11 @@ def cmd_report(args: argparse.Namespace) -> None:
     print(summary_text(report), end="")
 
 
+def cmd_export_gguf(args: argparse.Namespace) -> None:
+    path = export_gguf(args.checkpoint or DEFAULT_DIR, args.out, args.type)
+    print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB; tables as {args.type.upper()})")
+
+
 def cmd_quant_report(args: argparse.Namespace) -> None:
     def log(msg: str) -> None:
         print(f"engram-viz quant-report: {msg}", file=sys.stderr, flush=True)
@@ -389,6 +396,12 @@ def _add_job_commands(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--quiet", action="store_true", help="no progress messages")
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("export-gguf", help="write a checkpoint's Engram (a tiny LM whole) as a GGUF file")
+    p.add_argument("--checkpoint", default=None, help="checkpoint folder (default: the embedded data/tiny-engram)")
+    p.add_argument("--type", default="Q8_0", help="GGML type of the tables, one gguf quantises (default: Q8_0)")
+    p.add_argument("--out", required=True, help="the .gguf file to write (atomically)")
+    p.set_defaults(func=cmd_export_gguf)
 
     p = sub.add_parser("quant-report", help="what quantised tables (GGUF types, GGUF files, off) cost gates and loss")
     _checkpoint_arg(p)

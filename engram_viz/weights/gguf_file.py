@@ -114,7 +114,17 @@ def encode_blocks(x: np.ndarray, qtype: GGMLQuantizationType, where: str) -> np.
         out = quants.quantize(np.ascontiguousarray(x, dtype=np.float32), qtype)
     except NotImplementedError:
         raise CheckpointError(f"{where}: the gguf package has no quantiser for GGML type {qtype.name}") from None
+    except quants.QuantError:
+        raise CheckpointError(
+            f"{where}: rows of {x.shape[-1]} values are not a whole number of {qtype.name} blocks of "
+            f"{GGML_QUANT_SIZES[qtype][0]} values"
+        ) from None
     return np.ascontiguousarray(out).view(np.uint8).reshape(x.shape[0], -1)
+
+
+def check_quantiser(qtype: GGMLQuantizationType, where: str) -> None:
+    """A ``CheckpointError`` naming ``where`` unless gguf can quantise ``qtype``."""
+    encode_blocks(np.zeros((1, GGML_QUANT_SIZES[qtype][0]), np.float32), qtype, where)
 
 
 class GGUFFile:

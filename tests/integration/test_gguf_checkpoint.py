@@ -159,3 +159,12 @@ def test_inspect_a_gguf_file(tmp_path, good, capsys):
     bad = write_engram_gguf(tmp_path / "bad.gguf", wrong={"primes": (0, 11)})
     report = inspect_gguf(bad)
     assert report["valid"] is False and "primes[0] is 11" in report["error"] and report["layout"] == "gguf"
+
+
+def test_export_gguf_command_refuses_a_type_without_quantiser(tmp_path, capsys):
+    out = tmp_path / "x.gguf"
+    assert main(["export-gguf", "--type", "Q4_K", "--out", str(out)]) == 2
+    assert "no quantiser for GGML type Q4_K" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())  # nothing written, no temporary left
+    assert main(["export-gguf", "--type", "Q9", "--out", str(out)]) == 2
+    assert "unknown GGML type 'Q9'" in capsys.readouterr().err
