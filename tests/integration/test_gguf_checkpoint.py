@@ -13,9 +13,11 @@ import torch
 from gguf import GGMLQuantizationType
 from gguf_kit import write_engram_gguf
 
+from engram_viz.analysis.explain.explanation import explain
 from engram_viz.cli import main
 from engram_viz.core.schema import gguf_names
 from engram_viz.errors import CheckpointError, InputError
+from engram_viz.run.counterfactual import compare_edit
 from engram_viz.run.pipeline import Pipeline
 from engram_viz.weights.gguf_checkpoint import open_gguf_checkpoint
 from engram_viz.weights.gguf_export import export_gguf
@@ -168,3 +170,14 @@ def test_export_gguf_command_refuses_a_type_without_quantiser(tmp_path, capsys):
     assert not list(tmp_path.iterdir())  # nothing written, no temporary left
     assert main(["export-gguf", "--type", "Q9", "--out", str(out)]) == 2
     assert "unknown GGML type 'Q9'" in capsys.readouterr().err
+
+
+def test_explain_and_row_edits_through_a_pipeline_on_a_gguf_file(tiny_ggufs):
+    pipe = Pipeline(tiny_ggufs["Q8_0"])
+    trace = pipe.run([PROMPTS[0]])
+    ex = explain(pipe, PROMPTS[0])
+    torch.testing.assert_close(ex.layers[1].gate[3], trace.gates[0, 3, 0], atol=1e-6, rtol=0)
+    row = int(trace.row_ids[0, 3, 0, 5])
+    effect = compare_edit(pipe, [PROMPTS[0]], {1: [row]})
+    assert effect.reads["row"].tolist() == [row] and effect.loss is not None
+    assert effect.positions.query("layer == 1 and position == 3")["d_gate_max"].item() > 0
