@@ -69,6 +69,10 @@ class NonFiniteError(CheckpointError):
     """A weight tensor holds NaN or Inf (names the file, the tensor and the rows)."""
 
 
+class GGUFHeaderError(CheckpointError):
+    """The bytes are not a GGUF header the suite reads (truncated, another magic or version, an unknown type)."""
+
+
 class RowEditError(EngramVizError, ValueError):
     """An edit names a row outside the table, an unknown spec or a row of the wrong shape."""
 

@@ -21,8 +21,8 @@ import numpy as np
 import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, quants
 
-from engram_viz.errors import CheckpointError
-from engram_viz.weights.gguf_header import HeaderError, read_gguf_header
+from engram_viz.errors import CheckpointError, GGUFHeaderError
+from engram_viz.weights.gguf_header import read_gguf_header
 from engram_viz.weights.rows import LazyRows
 from engram_viz.weights.safetensors import TensorInfo, pread_into
 
@@ -137,7 +137,7 @@ class GGUFFile:
             raise CheckpointError(f"GGUF file {self.path} does not exist or is not a file")
         try:
             self._fields, raw, _ = read_gguf_header(self.path)
-        except (HeaderError, OSError, ValueError) as err:
+        except (GGUFHeaderError, OSError, ValueError) as err:
             raise CheckpointError(f"{self.path}: not a readable GGUF file: {err}") from None
         size = self.path.stat().st_size
         self.tensors: dict[str, GGUFTensor] = {}
