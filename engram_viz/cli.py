@@ -282,6 +282,12 @@ def _add_quant_report(p: argparse.ArgumentParser) -> None:
     _quiet_arg(p, "progress messages")
 
 
+def _add_export_gguf(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--checkpoint", default=None, help="checkpoint folder (default: the embedded data/tiny-engram)")
+    p.add_argument("--type", default="Q8_0", help="GGML type of the tables, one gguf quantises (default: Q8_0)")
+    p.add_argument("--out", required=True, help="the .gguf file to write (atomically)")
+
+
 def _add_explain(p: argparse.ArgumentParser) -> None:
     p.add_argument("text", help="the prompt")
     p.add_argument("--position", type=TOKEN_INDEX, required=True, help="token index (0 is BOS; negative from the end)")
@@ -382,6 +388,13 @@ COMMANDS: dict[str, Command] = {
         _add_quant_report,
         f"{_RUN}:quant_report",
         "engram-viz quant-report --candidates Q8_0,Q4_0,off --out out/quant",
+    ),
+    "export-gguf": Command(
+        "run",
+        "write a checkpoint's Engram (a tiny LM whole) as a GGUF file",
+        _add_export_gguf,
+        f"{_RUN}:export_gguf",
+        "engram-viz export-gguf --type Q4_0 --out out/tiny_q4.gguf",
     ),
     "layout": Command("inspect", "multipliers, primes, offsets and rows per layer", _add_layout, f"{_INSPECT}:layout"),
     "hash": Command(

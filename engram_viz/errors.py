@@ -73,6 +73,10 @@ class HubError(CheckpointError):
     """A checkpoint on the Hugging Face Hub that cannot be had: no such repository, gated, offline, a broken download."""
 
 
+class GGUFHeaderError(CheckpointError):
+    """The bytes are not a GGUF header the suite reads (truncated, another magic or version, an unknown type)."""
+
+
 class RowEditError(EngramVizError, ValueError):
     """An edit names a row outside the table, an unknown spec or a row of the wrong shape."""
 

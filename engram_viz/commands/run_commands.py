@@ -13,6 +13,8 @@ from engram_viz.apps.report_job import summary_text, write_report
 from engram_viz.run.pipeline import Pipeline
 from engram_viz.tiny.train import TrainSettings
 from engram_viz.tiny.train import train_tiny as train
+from engram_viz.weights.gguf_export import export_gguf as write_gguf
+from engram_viz.weights.tiny_folder import DEFAULT_DIR
 
 
 def report(args: argparse.Namespace) -> None:
@@ -36,6 +38,11 @@ def report(args: argparse.Namespace) -> None:
 def _candidates(text: str | None) -> list[str] | None:
     """``Q8_0,Q4_0, off`` -> ``["Q8_0", "Q4_0", "off"]``; None when not given."""
     return [c.strip() for c in text.split(",") if c.strip()] if text else None
+
+
+def export_gguf(args: argparse.Namespace) -> None:
+    path = write_gguf(args.checkpoint or DEFAULT_DIR, args.out, args.type)
+    print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB; tables as {args.type.upper()})")
 
 
 def quant_report(args: argparse.Namespace) -> None:

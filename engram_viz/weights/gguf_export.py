@@ -28,7 +28,7 @@ from engram_viz.core.tokenizer import get_tokenizer
 from engram_viz.errors import CheckpointError
 from engram_viz.weights.checkpoint import Checkpoint, open_checkpoint
 from engram_viz.weights.gguf_constants import expected_constants
-from engram_viz.weights.gguf_file import encode_blocks
+from engram_viz.weights.gguf_file import check_quantiser, encode_blocks
 from engram_viz.weights.rows import COMPILED_MIN_ROWS
 from engram_viz.weights.tables import EngramTable
 from engram_viz.weights.tiny_folder import checkpoint_label, is_tiny_lm_folder, read_lm_tensors, read_tiny_config
@@ -91,6 +91,7 @@ def export_gguf(source: str | Path | Checkpoint, out: str | Path, table_type: st
     """Write ``source`` (a checkpoint folder or an opened one; a tiny LM folder runs whole from the
     file) as the GGUF file ``out`` with its tables in ``table_type``. Returns ``out``."""
     qtype = qtype_of(table_type)
+    check_quantiser(qtype, f"GGUF export to {out}")
     ckpt = source if isinstance(source, Checkpoint) else open_checkpoint(source)
     folder = ckpt.path if ckpt.path is not None and is_tiny_lm_folder(ckpt.path) else None
     raw = read_tiny_config(folder) if folder is not None else dict(ckpt.config.to_dict())

@@ -21,8 +21,8 @@ import numpy as np
 import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, quants
 
-from engram_viz.errors import CheckpointError
-from engram_viz.weights.gguf_header import HeaderError, read_gguf_header
+from engram_viz.errors import CheckpointError, GGUFHeaderError
+from engram_viz.weights.gguf_header import read_gguf_header
 from engram_viz.weights.rows import LazyRows
 from engram_viz.weights.safetensors import TensorInfo, pread_into
 
@@ -114,7 +114,17 @@ def encode_blocks(x: np.ndarray, qtype: GGMLQuantizationType, where: str) -> np.
         out = quants.quantize(np.ascontiguousarray(x, dtype=np.float32), qtype)
     except NotImplementedError:
         raise CheckpointError(f"{where}: the gguf package has no quantiser for GGML type {qtype.name}") from None
+    except quants.QuantError:
+        raise CheckpointError(
+            f"{where}: rows of {x.shape[-1]} values are not a whole number of {qtype.name} blocks of "
+            f"{GGML_QUANT_SIZES[qtype][0]} values"
+        ) from None
     return np.ascontiguousarray(out).view(np.uint8).reshape(x.shape[0], -1)
+
+
+def check_quantiser(qtype: GGMLQuantizationType, where: str) -> None:
+    """A ``CheckpointError`` naming ``where`` unless gguf can quantise ``qtype``."""
+    encode_blocks(np.zeros((1, GGML_QUANT_SIZES[qtype][0]), np.float32), qtype, where)
 
 
 class GGUFFile:
@@ -127,7 +137,7 @@ class GGUFFile:
             raise CheckpointError(f"GGUF file {self.path} does not exist or is not a file")
         try:
             self._fields, raw, _ = read_gguf_header(self.path)
-        except (HeaderError, OSError, ValueError) as err:
+        except (GGUFHeaderError, OSError, ValueError) as err:
             raise CheckpointError(f"{self.path}: not a readable GGUF file: {err}") from None
         size = self.path.stat().st_size
         self.tensors: dict[str, GGUFTensor] = {}

@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
+from engram_viz.errors import GGUFHeaderError
+
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32
@@ -38,10 +40,6 @@ NUMERIC = {
     GGUFValueType.INT64: np.dtype("<i8"),
     GGUFValueType.FLOAT64: np.dtype("<f8"),
 }
-
-
-class HeaderError(ValueError):
-    """The bytes are not a GGUF header this parser reads (the caller names the file)."""
 
 
 @dataclass(frozen=True)
@@ -65,7 +63,7 @@ class _Cursor:
 
     def take(self, n: int) -> memoryview:
         if n < 0 or self.at + n > len(self.buf):
-            raise HeaderError(f"the header runs past the end of the file at byte {self.at:,} (truncated)")
+            raise GGUFHeaderError(f"the header runs past the end of the file at byte {self.at:,} (truncated)")
         out = self.buf[self.at : self.at + n]
         self.at += n
         return out
@@ -84,14 +82,14 @@ class _Cursor:
         try:
             return raw.decode("utf-8")
         except UnicodeDecodeError:
-            raise HeaderError(f"a string before byte {self.at:,} is not UTF-8") from None
+            raise GGUFHeaderError(f"a string before byte {self.at:,} is not UTF-8") from None
 
     def vtype(self) -> GGUFValueType:
         raw = self.u32()
         try:
             return GGUFValueType(raw)
         except ValueError:
-            raise HeaderError(f"unknown metadata value type {raw} before byte {self.at:,}") from None
+            raise GGUFHeaderError(f"unknown metadata value type {raw} before byte {self.at:,}") from None
 
     def value(self, vtype: GGUFValueType) -> Any:
         if vtype in NUMERIC:
@@ -105,30 +103,30 @@ class _Cursor:
                 return self.num(NUMERIC[etype], count).copy()
             if etype == GGUFValueType.STRING:
                 return [self.string() for _ in range(count)]
-            raise HeaderError(f"nested metadata arrays are not read (before byte {self.at:,})")
-        raise HeaderError(f"metadata value type {vtype.name} not read")
+            raise GGUFHeaderError(f"nested metadata arrays are not read (before byte {self.at:,})")
+        raise GGUFHeaderError(f"metadata value type {vtype.name} not read")
 
     def tensor(self) -> tuple[str, tuple[int, ...], GGMLQuantizationType, int]:
         name = self.string()
         n_dims = self.u32()
         if not 1 <= n_dims <= 4:
-            raise HeaderError(f"tensor {name!r} has {n_dims} dims; GGUF allows 1 to 4")
+            raise GGUFHeaderError(f"tensor {name!r} has {n_dims} dims; GGUF allows 1 to 4")
         dims = tuple(int(d) for d in self.num(np.dtype("<u8"), n_dims))
         raw = self.u32()
         try:
             qtype = GGMLQuantizationType(raw)
         except ValueError:
-            raise HeaderError(f"tensor {name!r} has unknown GGML type {raw}") from None
+            raise GGUFHeaderError(f"tensor {name!r} has unknown GGML type {raw}") from None
         return name, dims, qtype, self.u64()
 
 
 def _parse(buf: memoryview) -> tuple[dict[str, Any], list[RawTensor], int]:
     cur = _Cursor(buf)
     if bytes(cur.take(4)) != MAGIC:
-        raise HeaderError("it does not start with the GGUF magic b'GGUF'")
+        raise GGUFHeaderError("it does not start with the GGUF magic b'GGUF'")
     version = cur.u32()
     if version not in VERSIONS:
-        raise HeaderError(f"GGUF version {version}; expected one of {VERSIONS} (little-endian)")
+        raise GGUFHeaderError(f"GGUF version {version}; expected one of {VERSIONS} (little-endian)")
     n_tensors, n_kv = cur.u64(), cur.u64()
     fields: dict[str, Any] = {}
     for _ in range(n_kv):
@@ -137,25 +135,25 @@ def _parse(buf: memoryview) -> tuple[dict[str, Any], list[RawTensor], int]:
     entries = [cur.tensor() for _ in range(n_tensors)]
     align = int(fields.get("general.alignment", DEFAULT_ALIGNMENT))
     if align <= 0 or align & (align - 1):
-        raise HeaderError(f"general.alignment is {align}; expected a power of two")
+        raise GGUFHeaderError(f"general.alignment is {align}; expected a power of two")
     data_start = -(-cur.at // align) * align
     seen: set[str] = set()
     tensors = []
     for name, dims, qtype, offset in entries:
         if name in seen:
-            raise HeaderError(f"tensor {name!r} is listed twice")
+            raise GGUFHeaderError(f"tensor {name!r} is listed twice")
         seen.add(name)
         tensors.append(RawTensor(name, dims, qtype, data_start + offset))
     return fields, tensors, data_start
 
 
 def read_gguf_header(path: str | Path) -> tuple[dict[str, Any], list[RawTensor], int]:
-    """``(metadata {key: value}, tensors, data start)`` of a GGUF file; ``HeaderError`` if not one.
+    """``(metadata {key: value}, tensors, data start)`` of a GGUF file; ``GGUFHeaderError`` if not one.
     Arrays of numbers come back as numpy arrays, of strings as lists; the file is memory-mapped and
     only the header's pages are touched."""
     with open(path, "rb") as f:
         if Path(path).stat().st_size < len(MAGIC):
-            raise HeaderError("the file is shorter than the GGUF magic")
+            raise GGUFHeaderError("the file is shorter than the GGUF magic")
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
             view = memoryview(mm)
             try:

@@ -21,8 +21,8 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from engram_viz.errors import CheckpointError, NonFiniteError
 from engram_viz.weights.gguf_file import GGUFFile, decode_blocks, encode_blocks
 from engram_viz.weights.gguf_file import block_rows as file_block_rows
-from engram_viz.weights.rows import RowSource
-from engram_viz.weights.tables import EngramTable
+from engram_viz.weights.rows import RowSource, take_rows, unique_ids
+from engram_viz.weights.tables import DEQUANT_CHUNK_ROWS, EngramTable
 
 
 def row_bytes_of(qtype: GGMLQuantizationType, head_dim: int, where: str) -> int:
@@ -80,6 +80,19 @@ class GGUFTable(EngramTable):
     @property
     def bits_per_weight(self) -> float:
         return 8 * self.row_bytes / self.head_dim
+
+    def __call__(self, row_ids) -> torch.Tensor:
+        """bf16 ``[..., head_dim]``: each unique row read and dequantised once (in chunks of
+        ``DEQUANT_CHUNK_ROWS``), then expanded; on the ids' device."""
+        ids = self._check(row_ids)
+        uniq, inv = unique_ids(ids)
+        w, s = self._gather_unique(uniq)
+        rows = torch.empty(len(uniq), self.head_dim, dtype=torch.bfloat16)
+        for a in range(0, len(uniq), DEQUANT_CHUNK_ROWS):
+            rows[a : a + DEQUANT_CHUNK_ROWS] = self._decode(
+                w[a : a + DEQUANT_CHUNK_ROWS], s[a : a + DEQUANT_CHUNK_ROWS]
+            )
+        return take_rows(rows, inv).reshape(*ids.shape, self.head_dim).to(ids.device)
 
     def _gather_unique(self, ids: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         blocks = self.rows.read_unique(ids)

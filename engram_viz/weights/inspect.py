@@ -11,6 +11,8 @@ from engram_viz.config import ConfigError, EngramConfig
 from engram_viz.core.schema import EMBED_NAME, is_table_name
 from engram_viz.core.tokenizer import EngramTokenizer
 from engram_viz.errors import CheckpointError, EngramVizError
+from engram_viz.weights.gguf_file import is_gguf_path
+from engram_viz.weights.gguf_inspect import inspect_gguf
 from engram_viz.weights.nonfinite import read_checked
 from engram_viz.weights.nonfinite_scan import verify_tensors
 from engram_viz.weights.safetensors import TensorInfo
@@ -68,7 +70,10 @@ def inspect_checkpoint(
     ``error`` the first problem, ``problems`` all of them). Reads the headers, the small tensors
     (checked finite, as opening does) and ``tokenizer.json`` when present; with ``verify``, scans
     every Engram-path tensor whole for NaN/Inf (``verify.py``; a progress bar unless not
-    ``progress``). Raises ``CheckpointError`` when the folder cannot even be scanned."""
+    ``progress``). Raises ``CheckpointError`` when the folder cannot even be scanned. A GGUF file:
+    ``gguf_inspect.inspect_gguf`` (no ``verify``)."""
+    if is_gguf_path(path):
+        return inspect_gguf(path, config)
     scan = scan_checkpoint(path)
     out = scan.describe()
     out.update(config=None, valid=None, error=None, problems=[], label=None, tokenizer=None, verify=None)

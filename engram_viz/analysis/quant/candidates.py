@@ -24,13 +24,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from gguf import GGML_QUANT_SIZES
 
 from engram_viz.config import load_config
 from engram_viz.errors import InputError
 from engram_viz.weights.gguf_checkpoint import open_gguf_checkpoint
 from engram_viz.weights.gguf_export import qtype_of
-from engram_viz.weights.gguf_file import encode_blocks, is_gguf_path
+from engram_viz.weights.gguf_file import check_quantiser, encode_blocks, is_gguf_path
 from engram_viz.weights.gguf_table import GGUFTable, row_bytes_of
 from engram_viz.weights.row_edits import edit_tables
 from engram_viz.weights.rows import RowSource
@@ -83,7 +82,7 @@ def candidate(spec: str | Path, reference: Mapping[int, EngramTable]) -> Candida
     if str(spec).endswith(".gguf"):
         raise InputError(f"candidate {spec}: no such GGUF file")
     qtype = qtype_of(str(spec))
-    encode_blocks(np.zeros((1, GGML_QUANT_SIZES[qtype][0]), np.float32), qtype, f"candidate {spec}")  # a quantiser?
+    check_quantiser(qtype, f"candidate {spec}")
     tables: dict[int, EngramTable] = {}
     for n, ref in reference.items():
         tables[n] = GGUFTable(QuantisingRows(ref, qtype), qtype, ref.head_dim, label=f"layer {n} table as {qtype.name}")

@@ -13,17 +13,19 @@ import torch
 from gguf import GGMLQuantizationType
 from gguf_kit import write_engram_gguf
 
+from engram_viz.analysis.explain.explanation import explain
+from engram_viz.cli import main
 from engram_viz.core.schema import gguf_names
 from engram_viz.errors import CheckpointError, InputError
+from engram_viz.run.counterfactual import compare_edit
 from engram_viz.run.pipeline import Pipeline
 from engram_viz.weights.gguf_checkpoint import open_gguf_checkpoint
 from engram_viz.weights.gguf_export import export_gguf
 from engram_viz.weights.gguf_file import open_gguf
+from engram_viz.weights.gguf_inspect import inspect_gguf
 from engram_viz.weights.gguf_table import GGUFTable
 from engram_viz.weights.resolve import open_weights, weights_config
 from engram_viz.weights.tiny_folder import DEFAULT_DIR
-
-pytestmark = pytest.mark.unit
 
 T = GGMLQuantizationType
 # Q8_0 tables move no gate of the tiny LM by MOVED (0.05) or more (measured over the default prompts: max 0.0497,
@@ -150,3 +152,32 @@ def test_the_exported_constants_and_tensors(tiny_ggufs):
     assert f.value("deepseek41.engram.token_map").shape == (129280,)
     assert f.tensors["blk.1.engram_embd.weight"].shape == (242682, 32)
     assert f.tensors["tiny.embed.raw_ids"].qtype == T.I64
+
+
+def test_inspect_a_gguf_file(tmp_path, good, capsys):
+    assert main(["inspect", str(good)]) == 0
+    text = capsys.readouterr().out
+    assert "blk.1.engram_embd.weight" in text and "Q8_0" in text and "check against config tiny: ok" in text
+    bad = write_engram_gguf(tmp_path / "bad.gguf", wrong={"primes": (0, 11)})
+    report = inspect_gguf(bad)
+    assert report["valid"] is False and "primes[0] is 11" in report["error"] and report["layout"] == "gguf"
+
+
+def test_export_gguf_command_refuses_a_type_without_quantiser(tmp_path, capsys):
+    out = tmp_path / "x.gguf"
+    assert main(["export-gguf", "--type", "Q4_K", "--out", str(out)]) == 2
+    assert "no quantiser for GGML type Q4_K" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())  # nothing written, no temporary left
+    assert main(["export-gguf", "--type", "Q9", "--out", str(out)]) == 2
+    assert "unknown GGML type 'Q9'" in capsys.readouterr().err
+
+
+def test_explain_and_row_edits_through_a_pipeline_on_a_gguf_file(tiny_ggufs):
+    pipe = Pipeline(tiny_ggufs["Q8_0"])
+    trace = pipe.run([PROMPTS[0]])
+    ex = explain(pipe, PROMPTS[0])
+    torch.testing.assert_close(ex.layers[1].gate[3], trace.gates[0, 3, 0], atol=1e-6, rtol=0)
+    row = int(trace.row_ids[0, 3, 0, 5])
+    effect = compare_edit(pipe, [PROMPTS[0]], {1: [row]})
+    assert effect.reads["row"].tolist() == [row] and effect.loss is not None
+    assert effect.positions.query("layer == 1 and position == 3")["d_gate_max"].item() > 0

@@ -21,8 +21,6 @@ from engram_viz.tiny.files import load_tiny_model
 from engram_viz.weights.gguf_export import export_gguf
 from engram_viz.weights.tiny_folder import DEFAULT_DIR
 
-pytestmark = pytest.mark.unit
-
 PROMPTS = [
     Prompt("a", "english_entities", "Alexander the Great crossed the Mediterranean Sea."),
     Prompt("b", "chinese", "天下大事，必作于细。"),
