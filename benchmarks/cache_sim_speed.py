@@ -6,7 +6,7 @@
 The corpus is the default corpus's files read again and again until ``--tokens`` tokens (so the
 text repeats: hit rates of large caches are inflated, speeds and memory are not). Measured in this
 one process, on one core, in order: the trace (``trace_corpus``: tokenize, hash, write the layer
-files; per token and per 4096-token prefill step, no per-order files), Belady's future pass over
+files; per token, no prefill-step or per-order files), Belady's future pass over
 layer 1's whole token trace (``write_future_trace``), and each policy over the first
 ``--sim-tokens`` tokens' reads of layer 1 (24 a token) at ``--rows`` rows, with peak RSS
 (ru_maxrss) after each step. A measurement, not a test: the machine is shared (its load is printed).
@@ -50,7 +50,7 @@ def main() -> None:
     cfg = load_config("v41-flash")
     files = default_corpus_files() * 20
     t = time.perf_counter()
-    trace = trace_corpus(files, cfg, max_tokens=args.tokens, chunk=4096, orders=False, progress=False)
+    trace = trace_corpus(files, cfg, max_tokens=args.tokens, orders=False, progress=False)
     dt = time.perf_counter() - t
     size_gb = sum(p.stat().st_size for p in trace.folder.glob("L*")) / 1e9
     say(

@@ -50,9 +50,9 @@ def test_hits_match_a_brute_force_cache_window_by_window(tmp_path, policy, seed)
 
 
 def test_belady_bounds_every_policy(tmp_path):
-    trace = _trace(3, n=1500, alphabet=200)
+    trace = _trace(3, n=3000, alphabet=2000)
     path, future = _files(tmp_path, trace)
-    for size in (10, 40):
+    for size in (100, 300):
         hits = {p: sum(w["hits"] for w in run_job(SimJob(str(path), 1, "all", "token", p, size))) for p in POLICIES}
         hits["Belady"] = sum(w["hits"] for w in run_job(SimJob(str(future), 1, "all", "token", "Belady", size)))
         assert max(hits.values()) == hits["Belady"], hits

@@ -4,13 +4,16 @@ Dask path and a Trace's rows frame give the same files."""
 
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
 from engram_viz.analysis.caches.corpus_trace import trace_corpus, trace_rows_frame, trace_texts, trace_token_ids
-from engram_viz.analysis.caches.row_trace import TraceWriter
+from engram_viz.analysis.caches.row_trace import RowTrace, TraceWriter
+from engram_viz.analysis.caches.simulate import simulate_trace
 from engram_viz.analysis.corpus.documents import DocumentSpec
 from engram_viz.config import load_config
 from engram_viz.core.hashing import hash_prompt
@@ -60,6 +63,8 @@ def test_trace_rows_are_the_hashers_per_layer_order_and_chunk(v41, tmp_path):
         assert np.asarray(trace.rows(layer, "all", "chunk5")).tolist() == chunked
         assert trace.step_sizes(layer).sum() == len(chunked) and len(trace.step_sizes(layer)) == -(-len(ref) // 5)
         assert trace.distinct_rows(layer) == len(np.unique(ref[:, li]))
+    again = RowTrace.open(trace.folder)  # a kept trace folder reopened
+    assert (again.tokens, again.chunk, again.scopes, again.config) == (trace.tokens, 5, trace.scopes, cfg)
 
 
 def test_a_corpus_file_traces_as_its_documents_and_batch_cuts_change_nothing(v41, tmp_path):
@@ -111,6 +116,11 @@ def test_the_dask_trace_equals_the_one_process_trace(v41, tmp_path):
     one = trace_corpus([corpus], cfg, tok, spec=spec, chunk=6, folder=tmp_path / "one", progress=False)
     with dask_client(2, processes=False) as client:
         many = trace_corpus_dask(client, [corpus], cfg, tok, tmp_path / "many", spec, chunk=6, progress=False)
+        if importlib.util.find_spec("libcachesim"):  # the simulations as tasks: the same tables
+            on_dask = simulate_trace(many, "LRU,Belady", [100, 200], 264, windows=3, client=client)
+            here = simulate_trace(one, "LRU,Belady", [100, 200], 264, windows=3)
+            for a, b in zip(on_dask, here, strict=True):
+                pd.testing.assert_frame_equal(a, b)
     assert many.tokens == one.tokens and many.files[0]["documents"] == 12
     for name in sorted(p.name for p in (tmp_path / "one").glob("L*")):
         assert (tmp_path / "many" / name).read_bytes() == (tmp_path / "one" / name).read_bytes(), name

@@ -15,6 +15,7 @@ the trace, never more than the table's rows; nothing is held for the trace's len
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -56,21 +57,22 @@ def _merge_seen(rows: np.ndarray, start: int, seen_rows: np.ndarray, seen_pos: n
 
 
 def write_future_trace(trace_path: str | Path, out_path: str | Path, block: int = BLOCK) -> Path:
-    """The records ``(row, next)`` of the trace at ``trace_path`` (uint32 rows) into ``out_path``."""
+    """The records ``(row, next)`` of the trace at ``trace_path`` (uint32 rows) into ``out_path``.
+    Blocks are read and written with plain positioned I/O, not memory maps, so the pages of the
+    two files never count in this process's memory."""
     trace_path, out_path = Path(trace_path), Path(out_path)
     n = trace_path.stat().st_size // ROW_DTYPE.itemsize
-    with open(out_path, "wb") as fh:
-        fh.truncate(n * FUTURE_DTYPE.itemsize)
-    if not n:
-        return out_path
-    rows = np.memmap(trace_path, dtype=ROW_DTYPE, mode="r")
-    out = np.memmap(out_path, dtype=FUTURE_DTYPE, mode="r+")
     seen_rows, seen_pos = np.zeros(0, dtype=ROW_DTYPE), np.zeros(0, dtype=np.int64)
-    for start in range((n - 1) // block * block, -1, -block):
-        chunk = np.asarray(rows[start : start + block])
-        out["row"][start : start + len(chunk)] = chunk
-        out["next"][start : start + len(chunk)] = next_accesses(chunk, start, seen_rows, seen_pos)
-        seen_rows, seen_pos = _merge_seen(chunk, start, seen_rows, seen_pos)
-    out.flush()
-    del out, rows
+    with open(trace_path, "rb") as src, open(out_path, "wb") as dst:
+        dst.truncate(n * FUTURE_DTYPE.itemsize)
+        for start in range((n - 1) // block * block, -1, -block) if n else ():
+            size = min(block, n - start)
+            chunk = np.frombuffer(
+                os.pread(src.fileno(), size * ROW_DTYPE.itemsize, start * ROW_DTYPE.itemsize), ROW_DTYPE
+            )
+            records = np.empty(size, dtype=FUTURE_DTYPE)
+            records["row"] = chunk
+            records["next"] = next_accesses(chunk, start, seen_rows, seen_pos)
+            os.pwrite(dst.fileno(), records.tobytes(), start * FUTURE_DTYPE.itemsize)
+            seen_rows, seen_pos = _merge_seen(chunk, start, seen_rows, seen_pos)
     return out_path
