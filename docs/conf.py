@@ -51,6 +51,11 @@ nb_execution_raise_on_error = True
 nb_execution_show_tb = True
 nb_output_stderr = "remove"
 os.environ.setdefault("ENGRAM_VIZ_FIGURES_DIR", str(Path(nb_execution_cache_path).parent / "figures"))
+# the kernels run this tree's engram_viz (the one documented), whatever the environment installs
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+# a plotly output's JSON needs plotly.js from the network, which an offline page does not load: it is
+# skipped and the PNG beside it in the same output shows (the notebooks' static fallback)
+suppress_warnings = ["mystnb.unknown_mime_type"]
 myst_enable_extensions = ["colon_fence", "dollarmath"]
 myst_heading_anchors = 3
 
