@@ -6,7 +6,7 @@
 1. Agreement at small widths with V4.1-Flash's layer structure (14 blocks: 2 window-only, 12 compressed 2-to-1,
    kv sources 2 and 8, index sources 2 and 8, Engram layers 1 and 14): the streams entering layer 14 on the
    device vs the CPU (both ``core.blocks``, the Engram layer 1 left out), 300 tokens: largest difference
-   in bf16 steps and the share of queries whose indexer picks agree.
+   in bf16 steps and the share of values that are bit-equal.
 2. Full widths, procedural weights (``weights.blocks_synthetic``) resident on the device (one window block
    and one compressed block drawn on the host and shared by all 14 blocks; the routed experts from a pool
    of 8, each use dequantised on the device as a read one would be): two prefills of ``--tokens`` tokens,
@@ -14,7 +14,8 @@
    the path this port takes (GEMMs in float32 on dequantised weights: CUDA-core FLOP rate) and the bound of
    reading every weight once at the HBM bandwidth.
 
-Exit status 0 when the agreement holds (bf16 steps <= 1 everywhere, indexer picks equal for >= 99% of queries).
+Exit status 0 when the agreement holds (at most one bf16 step everywhere) and the full-width streams are finite.
+The dry run compares the CPU with itself (it checks the script and the shapes, not a device).
 """
 
 from __future__ import annotations
@@ -155,15 +156,16 @@ def roofline(cfg: BlocksConfig, n: int, tokens: int) -> tuple[float, float]:
     return 2 * macs / PEAK_FP32, (dense + wo_a + experts) / PEAK_BW
 
 
-def agreement(device) -> tuple[float, float]:
+def agreement(device, tokens: int) -> tuple[float, float]:
     cfg = SMALL
-    ls_dev, ls_cpu = layers(cfg, device, cfg.n_blocks), layers(cfg, "cpu", cfg.n_blocks)
+    ls_dev = layers(cfg, device, cfg.n_blocks)
     g = torch.Generator().manual_seed(1)
     embed = (torch.randn(4096, cfg.dim, generator=g) * 0.5).to(torch.bfloat16)
-    ids = torch.randint(0, 129280, (1, 300), generator=g)
+    ids = torch.randint(0, 129280, (1, tokens), generator=g)
     sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
     h_dev, _ = prefix(cfg, ls_dev, ids.to(device), embed.to(device), sync)
-    h_cpu, _ = prefix(cfg, ls_cpu, ids, embed, lambda: None)
+    cpu = str(device) == "cpu"  # a dry run: the CPU against itself
+    h_cpu = h_dev if cpu else prefix(cfg, layers(cfg, "cpu", cfg.n_blocks), ids, embed, lambda: None)[0]
     a, b = h_dev.float().cpu(), h_cpu.float()
     step = torch.maximum(b.abs(), b.abs().amax(-1, keepdim=True) * 2**-8) * 2**-7
     return float(((a - b).abs() / step).max()), float((a == b).float().mean())
@@ -183,10 +185,12 @@ def main() -> int:
     name = torch.cuda.get_device_name() if cuda else "CPU (dry run)"
     print(f"blocks before Engram layer 14 on {name}, torch {torch.__version__}")
     t = time.perf_counter()
-    steps, equal = agreement(device)
+    small_tokens = 300 if cuda else 64  # past 2 * index_topk = 32 either way
+    steps, equal = agreement(device, small_tokens)
     ok = steps <= 1.0
     print(
-        f"1. small widths, V4.1 layer structure, 14 blocks x 300 tokens: {device} vs CPU streams entering layer 14: "
+        f"1. small widths, V4.1 layer structure, 14 blocks x {small_tokens} tokens: {device} vs CPU streams entering "
+        "layer 14: "
         f"max {steps:.2f} bf16 steps, {equal:.2%} of values bit-equal ({time.perf_counter() - t:.1f} s) -> {'OK' if ok else 'FAIL'}"
     )
     cfg = V41_FLASH_BLOCKS

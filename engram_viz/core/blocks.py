@@ -122,9 +122,10 @@ class BlockPass:
         image: torch.Tensor | None = None,
         on_block: BlockHook | None = None,
     ):
-        self.src, self.image, self.on_block = src, image, on_block
-        h = src.embed(raw_ids).to(torch.bfloat16)
+        self.src, self.on_block = src, on_block
+        h = src.embed(raw_ids).to(torch.bfloat16)  # on the blocks' device
         self.h = h.unsqueeze(2).repeat(1, 1, src.config.hc_mult, 1)
+        self.image = None if image is None else image.to(h.device)
         self.pre_mix = stream0(self.h)
         self.shared = SharedKV()
         self.next = 0  # the next block to run

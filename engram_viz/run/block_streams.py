@@ -82,7 +82,7 @@ class BlockStreams(StreamSource):
             )
         folder = Path(folder)
         folder = folder.parent if folder.is_file() else folder
-        return cls(open_blocks(folder), config, cache_key=f"{folder.resolve()}|{mode}|{device}")
+        return cls(open_blocks(folder, device=device), config, cache_key=f"{folder.resolve()}|{mode}|{device}")
 
     def _cache_file(self, ids: torch.Tensor, types: torch.Tensor) -> Path | None:
         if self.cache_key is None:
@@ -111,7 +111,7 @@ class BlockStreams(StreamSource):
     def __call__(
         self, raw_ids: torch.Tensor, token_types: torch.Tensor, layer: int, images: BatchImages = ()
     ) -> Streams:
-        ids, types = raw_ids.cpu(), token_types.cpu()
+        ids, types = raw_ids.cpu(), token_types.cpu()  # the pass moves what it needs to the blocks' device
         if self._batch is None or not (torch.equal(self._batch[0], ids) and torch.equal(self._batch[1], types)):
             self._start(ids, types)
         if layer not in self._done:

@@ -8,8 +8,8 @@ naming the first missing tensors. It returns a :class:`BlocksWeights` (a ``core.
 - ``layer(n)`` is a :class:`LayerWeights` that reads block n's dense tensors when first asked (its fp8 GEMM
   weights dequantised to float32: about 0.6 GB at V4.1-Flash widths) and a routed expert only when a batch
   routes tokens to it (dropped right after); the block pass drops the layer after the block, so memory stays
-  about one block's dense weights plus the activations. ``resident=True`` keeps every layer read (for a
-  device that holds them all).
+  about one block's dense weights plus the activations. On a device (``device="cuda"``) the tensors move
+  there when read; ``resident`` keeps every block read (by default when they all fit).
 - token embedding rows are gathered with ``pread`` (``weights.embedding.TokenEmbedding``).
 """
 
@@ -82,8 +82,11 @@ def _checked(info: TensorInfo, name: str, dtype: str, shape: tuple[int, ...]) ->
 class LayerWeights:
     """Block ``n``'s tensors, read on first use (a ``core.blocks.LayerSource``)."""
 
-    def __init__(self, infos: dict[str, TensorInfo], n: int, cfg: BlocksConfig, counter: list[int]):
+    def __init__(
+        self, infos: dict[str, TensorInfo], n: int, cfg: BlocksConfig, counter: list[int], device: str = "cpu"
+    ):
         self.prefix, self.cfg, self._infos, self._counter = f"layers.{n}.", cfg, infos, counter
+        self.device = torch.device(device)
         self._dense: dict[str, torch.Tensor] = {}
         self._linears: dict[str, Linear] = {}
 
@@ -92,12 +95,12 @@ class LayerWeights:
 
     def tensor(self, name: str) -> torch.Tensor:
         if name not in self._dense:
-            self._dense[name] = read_tensor(self._infos[self.prefix + name])
+            self._dense[name] = read_tensor(self._infos[self.prefix + name]).to(self.device)
         return self._dense[name]
 
     def linear(self, name: str) -> Linear:
         if name not in self._linears:
-            w, s = (read_tensor(self._infos[f"{self.prefix}{name}.{k}"]) for k in ("weight", "scale"))
+            w, s = (read_tensor(self._infos[f"{self.prefix}{name}.{k}"]).to(self.device) for k in ("weight", "scale"))
             self._linears[name] = fp8_gemm(w, s)
         return self._linears[name]
 
@@ -108,7 +111,9 @@ class LayerWeights:
         n = expert_names(e, self.prefix)
         self._counter[0] += 1
         w1, w2, w3 = (
-            fp4_gemm(_read_fp4(self._infos[n[k]]), read_tensor(self._infos[n[k + ".scale"]]))
+            fp4_gemm(
+                _read_fp4(self._infos[n[k]]).to(self.device), read_tensor(self._infos[n[k + ".scale"]]).to(self.device)
+            )
             for k in ("w1", "w2", "w3")
         )
         return w1, w2, w3
@@ -125,9 +130,10 @@ class BlocksWeights:
         label: str,
         synthetic: bool,
         resident: bool = False,
+        device: str = "cpu",
     ):
         self.folder, self.config, self.label, self.synthetic = folder, config, label, synthetic
-        self._infos, self.resident = infos, resident
+        self._infos, self.resident, self.device = infos, resident, device
         self._layers: dict[int, LayerWeights] = {}
         self._embed = TokenEmbedding(
             LazyRows(infos[EMBED_NAME], num_rows=config.vocab_size), label=label, synthetic=synthetic
@@ -144,23 +150,30 @@ class BlocksWeights:
             raise IndexError(f"block {n} out of range 0..{self.config.n_blocks - 1}")
         if n in self._layers:
             return self._layers[n]
-        lw = LayerWeights(self._infos, n, self.config, self._experts)
+        lw = LayerWeights(self._infos, n, self.config, self._experts, self.device)
         if self.resident:
             self._layers[n] = lw
         return lw
 
     def embed(self, raw_ids: torch.Tensor) -> torch.Tensor:
-        return self._embed.rows(raw_ids)
+        return self._embed.rows(raw_ids).to(self.device)
 
     def __repr__(self) -> str:
         return f"BlocksWeights({self.label})"
 
 
 def open_blocks(
-    path: str | Path, config: BlocksConfig | None = None, label: str | None = None, resident: bool = False
+    path: str | Path,
+    config: BlocksConfig | None = None,
+    label: str | None = None,
+    resident: bool | None = None,
+    device: str = "cpu",
 ) -> BlocksWeights:
     """The blocks of the checkpoint at ``path`` before its last Engram layer (``config.json`` gives the
-    fields unless ``config`` is given); every tensor's name, dtype and shape is checked now, no data read."""
+    fields unless ``config`` is given); every tensor's name, dtype and shape is checked now, no data read.
+    The blocks run on ``device``; ``resident`` (default: on CUDA when every block's dense weights, as
+    the GEMMs hold them, and the largest block's experts fit in 80% of the free device memory) keeps
+    each block read."""
     folder = Path(path)
     folder = folder.parent if folder.is_file() else folder
     if config is None:
@@ -181,7 +194,18 @@ def open_blocks(
     checked = {name: _checked(infos[name], name, dt, shape) for name, (dt, shape) in want.items()}
     synthetic = (folder / MARKER_FILE).is_file()
     label = label or f"{'SYNTHETIC ' if synthetic else ''}blocks 0-{config.n_blocks - 1} + embed.weight of {folder}"
-    return BlocksWeights(folder, config, checked, label, synthetic, resident)
+    if resident is None:
+        resident = device != "cpu" and torch.cuda.is_available() and _resident_bytes(checked) < 0.8 * _free(device)
+    return BlocksWeights(folder, config, checked, label, synthetic, resident, device)
+
+
+def _resident_bytes(infos: dict[str, TensorInfo]) -> int:
+    """Bytes of every block's weights as the GEMMs hold them (float32 dequantised fp8, the rest as stored)."""
+    return sum(t.nbytes * (4 if t.dtype == "F8_E4M3" else 1) for n, t in infos.items() if ".experts." not in n)
+
+
+def _free(device: str) -> int:
+    return torch.cuda.mem_get_info(torch.device(device))[0]
 
 
 def has_blocks(path: str | Path, config: BlocksConfig) -> bool:
