@@ -18,11 +18,10 @@ import argparse
 import importlib
 import os
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from engram_viz import settings
+from engram_viz.commands.listing import GROUPS, Command, examples, overview
 from engram_viz.commands.option_types import (  # bounded integers and --version: the stdlib only
     LAYER,
     PORT,
@@ -333,24 +332,6 @@ def _add_app(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
 
 
-@dataclass(frozen=True)
-class Command:
-    """One sub-command: its group, a one-line summary, its options and what runs it
-    (``"module:function"``, called with the parsed arguments; imported only then)."""
-
-    group: str
-    summary: str
-    add_arguments: Callable[[argparse.ArgumentParser], None]
-    target: str
-    example: str = ""
-
-
-GROUPS = {
-    "run": "run a model on prompts",
-    "inspect": "the layout, the hash and the weights (no model run)",
-    "corpus": "row usage and collisions over text files",
-    "apps": "pages to explore in a browser",
-}
 _INSPECT = "engram_viz.commands.inspect_commands"
 _RUN = "engram_viz.commands.run_commands"
 COMMANDS: dict[str, Command] = {
@@ -438,27 +419,13 @@ COMMANDS: dict[str, Command] = {
 }
 
 
-def _overview() -> str:
-    """The sub-commands by group, for the top-level help."""
-    width = max(map(len, COMMANDS)) + 2
-    lines = []
-    for group, what in GROUPS.items():
-        lines.append(f"{group}: {what}")
-        lines += [f"  {name:<{width}}{c.summary}" for name, c in COMMANDS.items() if c.group == group]
-    return "\n".join(lines)
-
-
-def _examples() -> str:
-    return "examples:\n" + "\n".join(f"  {c.example}" for c in COMMANDS.values() if c.example)
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The whole parser: every sub-command's options, nothing of the library imported."""
     parser = _Parser(
         prog="engram-viz",
         usage="engram-viz [-h] [--version] COMMAND [options]",
-        description="Look inside the Engram memory of DeepSeek-V4.1-Flash.\n\n" + _overview(),
-        epilog=_examples() + "\n\n'engram-viz COMMAND --help' lists a command's options.",
+        description="Look inside the Engram memory of DeepSeek-V4.1-Flash.\n\n" + overview(COMMANDS, GROUPS),
+        epilog=examples(COMMANDS) + "\n\n'engram-viz COMMAND --help' lists a command's options.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action=Version, help="print the version and exit")
