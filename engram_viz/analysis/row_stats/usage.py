@@ -75,22 +75,23 @@ class _UsageConsumer:
         self.params = (top, ngrams_per_row, specials)
         self.special_ids = np.asarray(special_ids, dtype=np.int64)
         self.result = _Pass(top, ngrams_per_row, [], {}, {layer: [] for layer in layout.layer_ids}, specials)
+        self._plain_of: tuple[np.ndarray | None, np.ndarray | None] = (None, None)  # (an order's n-grams, _plain)
 
     def _plain(self, view) -> np.ndarray | None:
         """Bool ``[U]``: the view's n-grams holding a token other than BOS/EOS/pad (None: all count)."""
         if self.result.specials or not len(view.ngrams):
             return None
-        plain = ~np.isin(view.ngrams, self.special_ids).all(axis=1)
-        return None if plain.all() else plain
+        if self._plain_of[0] is not view.ngrams:  # the same n-grams for every column of an order: once
+            plain = ~np.isin(view.ngrams, self.special_ids).all(axis=1)
+            self._plain_of = (view.ngrams, None if plain.all() else plain)
+        return self._plain_of[1]
 
     def __call__(self, view) -> None:
         buckets, distinct, hits = view.bucket_totals()
         self._column(view, buckets, hits)
         plain = self._plain(view)
         if plain is not None:  # the hot rows and the histogram without the special-only n-grams
-            s = view.stats()
-            hits = np.add.reduceat(np.where(plain, view.counts, 0)[s.order], s.starts)
-            distinct = np.add.reduceat(plain[s.order].astype(np.int64), s.starts)
+            distinct, hits = view.stats().totals_without(~plain, view.counts)  # no sort: few are left out
             keep = hits > 0
             buckets, distinct, hits = buckets[keep], distinct[keep], hits[keep]
         self._histogram(view, hits)
