@@ -16,7 +16,7 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 REMOTE_SCRIPT = re.compile(r"<script[^>]*\bsrc\s*=\s*[\"']?\s*(?:https?:)?//", re.IGNORECASE)
-PAGES = ["docs/index", "docs/api", "docs/ARCHITECTURE", "docs/engram", "docs/BAD_INPUTS", "docs/corpus"]
+PAGES = ["docs/index", "docs/api/index", "docs/ARCHITECTURE", "docs/engram", "docs/BAD_INPUTS", "docs/corpus"]
 
 
 def _build(out: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -37,8 +37,8 @@ def test_the_site_builds_without_a_warning(tmp_path):
     modules = [p for p in (ROOT / "engram_viz").rglob("*.py") if not p.name.startswith("_")]
     for path in modules:
         name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
-        assert (html / "docs" / "generated" / f"{name}.html").is_file(), name
-    pipeline = (html / "docs" / "generated" / "engram_viz.run.pipeline.html").read_text(encoding="utf-8")
+        assert (html / "docs" / "api" / "generated" / f"{name}.html").is_file(), name
+    pipeline = (html / "docs" / "api" / "generated" / "engram_viz.run.pipeline.html").read_text(encoding="utf-8")
     assert 'id="engram_viz.run.pipeline.Pipeline"' in pipeline
     remote = [p.name for p in html.rglob("*.html") if REMOTE_SCRIPT.search(p.read_text(encoding="utf-8"))]
     assert not remote, f"pages that load a script from the network: {remote}"
