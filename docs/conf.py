@@ -56,6 +56,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.g
 # a plotly output's JSON needs plotly.js from the network, which an offline page does not load: it is
 # skipped and the PNG beside it in the same output shows (the notebooks' static fallback)
 suppress_warnings = ["mystnb.unknown_mime_type"]
+nb_ipywidgets_js: dict[str, dict[str, str]] = {}  # no widget manager from a CDN: the pages load nothing remote
 myst_enable_extensions = ["colon_fence", "dollarmath"]
 myst_heading_anchors = 3
 
