@@ -73,14 +73,14 @@ autodoc_mock_imports: list[str] = []
 # cross-references: nitpicky (-n) so a broken role fails the build; the targets of other
 # projects come from their inventories only when one is cached offline (no network here)
 nitpicky = True
-EXTERNAL = r"(torch|numpy|np|pandas|pd|matplotlib|plt|pathlib|collections|os|io|typing|types|markupsafe|jinja2|ipywidgets|plotly|anywidget|dask|distributed|tokenizers|safetensors|pyarrow|json|argparse|re|datetime|enum|dataclasses|concurrent|multiprocessing|threading|subprocess|tempfile|huggingface_hub)"
+EXTERNAL = r"(torch|numpy|np|pandas|pd|matplotlib|plt|pathlib|collections|os|io|typing|types|markupsafe|jinja2|ipywidgets|plotly|anywidget|dask|distributed|tokenizers|safetensors|pyarrow|json|argparse|re|datetime|enum|dataclasses|concurrent|multiprocessing|threading|subprocess|tempfile|huggingface_hub|tornado|gguf|libcachesim|PIL|numba)"
 nitpick_ignore_regex = [
     # other projects' objects: their inventories need the network, so their names stay plain text
     ("py:.*", EXTERNAL + r"(\..*)?"),
     # builtins and typing names that Sphinx does not know without Python's inventory
     (
         "py:.*",
-        r"(Path|Any|Callable|Iterable|Iterator|Sequence|Mapping|Literal|Self|NoReturn|Tensor|DataFrame|Axes|Figure|Module)",
+        r"(Path|Any|Callable|Iterable|Iterator|Sequence|Mapping|Literal|Self|NoReturn|Tensor|DataFrame|Axes|Figure|Module|Application)",
     ),
 ]
 

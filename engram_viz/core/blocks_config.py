@@ -5,17 +5,17 @@ and its routed experts. A block with ``compress_ratios[n] > 0`` attends over its
 KV; the layer that produces that KV (a ``kv_source_layers`` entry) owns a ``Compressor`` and the layers
 that score it (``index_source_layers``) own an ``Indexer``. Extra tensors (prefix ``layers.{n}.attn.``):
 
-=====================================  ====  ===========================================  =====================
-name                                   dtype shape                                        present on
-=====================================  ====  ===========================================  =====================
-``compressor.wkv.weight``              BF16  [head_dim, dim] (promoted to fp32 at ratio>1) kv sources
-``compressor.wgate.weight``            BF16  [head_dim, dim]                               kv sources, ratio > 1
-``compressor.norm.weight``             BF16  [head_dim]                                    kv sources
-``indexer.wq_b.weight`` / ``.scale``   F8    [index_n_heads * index_head_dim, q_lora_rank] index sources
-``indexer.weights_proj.weight``        BF16  [index_n_heads, dim]                          index sources
-``indexer.wk.weight``                  BF16  [index_head_dim, head_dim]                    index and kv sources
-``indexer.k_norm.weight``              BF16  [index_head_dim]                              index and kv sources
-=====================================  ====  ===========================================  =====================
+====================================  =====  =============================================  =====================
+name                                  dtype  shape                                          present on
+====================================  =====  =============================================  =====================
+``compressor.wkv.weight``             BF16   [head_dim, dim] (promoted to fp32 at ratio>1)  kv sources
+``compressor.wgate.weight``           BF16   [head_dim, dim]                                kv sources, ratio > 1
+``compressor.norm.weight``            BF16   [head_dim]                                     kv sources
+``indexer.wq_b.weight`` / ``.scale``  F8     [index_n_heads * index_head_dim, q_lora_rank]  index sources
+``indexer.weights_proj.weight``       BF16   [index_n_heads, dim]                           index sources
+``indexer.wk.weight``                 BF16   [index_head_dim, head_dim]                     index and kv sources
+``indexer.k_norm.weight``             BF16   [index_head_dim]                               index and kv sources
+====================================  =====  =============================================  =====================
 
 The compressor weights may also be stored F32 (the reference holds them in fp32 above ratio 1).
 :data:`V41_FLASH_BLOCKS` holds the released values; nothing else in the code names a layer number.
