@@ -27,6 +27,7 @@ import sys
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 
@@ -67,7 +68,7 @@ def timed(name: str, fn):
 class PooledLayer(bsyn._ProceduralLayer):
     """A procedural block whose experts come from a drawn pool; its GEMMs timed by kind."""
 
-    pool: dict[int, dict] = {}
+    pool: ClassVar[dict[int, dict]] = {}
 
     def expert(self, e: int):
         self._counter[0] += 1
@@ -125,12 +126,12 @@ def main() -> None:
         if args.out:
             Path(args.out).write_text("\n".join(lines) + "\n")
 
-    flags = subprocess.run("lscpu", capture_output=True, text=True).stdout
+    flags = subprocess.run("lscpu", check=False, capture_output=True, text=True).stdout
     feats = sorted({f for f in ("avx512_bf16", "amx_bf16", "avx2") if f in flags})
     say(f"# python benchmarks/blocks_forward.py --tokens {args.tokens} --threads {args.threads}")
     say(
         f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, CPU features {feats}, torch {torch.__version__}, "
-        f"load average {open('/proc/loadavg').read().split()[:3]}"
+        f"load average {Path('/proc/loadavg').read_text().split()[:3]}"
     )
     say(
         f"V4.1-Flash widths: dim {cfg.dim}, {cfg.n_heads} heads x {cfg.head_dim}, {cfg.n_routed_experts} fp4 experts of "

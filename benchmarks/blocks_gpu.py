@@ -1,7 +1,7 @@
 """The blocks before Engram layer 14 (blocks 0-13 of V4.1-Flash) on a device, beside the H200 roofline.
 
     python benchmarks/blocks_gpu.py                # CUDA: checks at small widths, then 14 blocks x 4,096 tokens timed
-    python benchmarks/blocks_gpu.py --dry-run      # no CUDA: the same on the CPU, full widths for blocks 0-2 x 4 tokens
+    python benchmarks/blocks_gpu.py --dry-run      # no CUDA: the same on the CPU, full widths for blocks 0 and 2 x 2 tokens
 
 1. Agreement at small widths with V4.1-Flash's layer structure (14 blocks: 2 window-only, 12 compressed 2-to-1,
    kv sources 2 and 8, index sources 2 and 8, Engram layers 1 and 14): the streams entering layer 14 on the
@@ -119,13 +119,14 @@ def layers(cfg: BlocksConfig, device, n_blocks: int) -> list[DeviceLayer]:
 
 
 def prefix(
-    cfg, ls: list[DeviceLayer], ids: torch.Tensor, embed: torch.Tensor, sync
+    cfg, ls: list[DeviceLayer], ids: torch.Tensor, embed: torch.Tensor, sync, numbers: list[int] | None = None
 ) -> tuple[torch.Tensor, list[float]]:
-    """Blocks 0 .. len(ls) - 1 on ``ids`` (Engram layers left out): final streams, seconds per block."""
+    """Blocks ``numbers`` (default 0 .. len(ls) - 1) in turn on ``ids`` (Engram layers left out): final streams,
+    seconds per block."""
     h = embed[ids % embed.shape[0]].unsqueeze(2).repeat(1, 1, cfg.hc_mult, 1)
     pre, shared, times = stream0(h), SharedKV(), []
     with torch.no_grad():
-        for n, lw in enumerate(ls):
+        for n, lw in zip(numbers or range(len(ls)), ls, strict=True):
             sync()
             t = time.perf_counter()
             h, pre = block(h, pre, lw, cfg, n, shared)
@@ -156,6 +157,10 @@ def roofline(cfg: BlocksConfig, n: int, tokens: int) -> tuple[float, float]:
     return 2 * macs / PEAK_FP32, (dense + wo_a + experts) / PEAK_BW
 
 
+def cfg_first_compressed() -> int:
+    return V41_FLASH_BLOCKS.kv_source_layers[0]
+
+
 def agreement(device, tokens: int) -> tuple[float, float]:
     cfg = SMALL
     ls_dev = layers(cfg, device, cfg.n_blocks)
@@ -176,16 +181,17 @@ def main() -> int:
     p.add_argument("--tokens", type=int, default=4096)
     p.add_argument("--blocks", type=int, default=14)
     p.add_argument(
-        "--dry-run", action="store_true", help="no CUDA: the CPU stands in; full widths for 3 blocks x 4 tokens"
+        "--dry-run", action="store_true", help="no CUDA: the CPU stands in; full widths for blocks 0 and 2 x 2 tokens"
     )
     args = p.parse_args()
     cuda = torch.cuda.is_available() and not args.dry_run
     device = torch.device("cuda" if cuda else "cpu")
-    tokens, n_blocks = (args.tokens, args.blocks) if cuda else (4, 3)
+    tokens = args.tokens if cuda else 2
+    numbers = list(range(args.blocks)) if cuda else [0, cfg_first_compressed()]  # dry run: a window and a source block
     name = torch.cuda.get_device_name() if cuda else "CPU (dry run)"
     print(f"blocks before Engram layer 14 on {name}, torch {torch.__version__}")
     t = time.perf_counter()
-    small_tokens = 300 if cuda else 64  # past 2 * index_topk = 32 either way
+    small_tokens = 300 if cuda else 40  # past 2 * index_topk = 32 either way
     steps, equal = agreement(device, small_tokens)
     ok = steps <= 1.0
     print(
@@ -195,30 +201,31 @@ def main() -> int:
     )
     cfg = V41_FLASH_BLOCKS
     t = time.perf_counter()
-    ls = layers(cfg, device, n_blocks)
+    every = layers(cfg, device, max(numbers) + 1)  # the templates drawn once
+    ls = [every[n] for n in numbers]
     print(
         f"2. full widths: block templates + {POOL} pooled experts drawn and moved in {time.perf_counter() - t:.1f} s; "
-        f"1 prompt x {tokens} tokens, {n_blocks} blocks, weights resident on {device}"
+        f"1 prompt x {tokens} tokens, blocks {', '.join(map(str, numbers)) if len(numbers) < 5 else f'{numbers[0]}-{numbers[-1]}'}, weights resident on {device}"
     )
     g = torch.Generator().manual_seed(0)
     embed = (torch.randn(4096, cfg.dim, generator=g) * 0.12).to(torch.bfloat16).to(device)
     ids = torch.randint(0, cfg.vocab_size, (1, tokens), generator=g).to(device)
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    _, cold = prefix(cfg, ls, ids, embed, sync)
-    h, warm = prefix(cfg, ls, ids, embed, sync)
+    h, cold = prefix(cfg, ls, ids, embed, sync, numbers)
+    warm = prefix(cfg, ls, ids, embed, sync, numbers)[1] if cuda else cold  # the dry run passes once
     assert bool(torch.isfinite(h.float()).all())
     print("   block ratio   cold s   warm s  FLOP-bound s  mem-bound s  warm/bound")
     total_bound = 0.0
-    for n in range(n_blocks):
+    for i, n in enumerate(numbers):
         fb, mb = roofline(cfg, n, tokens)
         total_bound += max(fb, mb)
         print(
-            f"   {n:5d} {cfg.ratio(n):5d} {cold[n]:8.3f} {warm[n]:8.3f} {fb:13.4f} {mb:12.5f} {warm[n] / max(fb, mb):10.1f}x"
+            f"   {n:5d} {cfg.ratio(n):5d} {cold[i]:8.3f} {warm[i]:8.3f} {fb:13.4f} {mb:12.5f} {warm[i] / max(fb, mb):10.1f}x"
         )
     print(
-        f"   total: cold {sum(cold):.2f} s, warm {sum(warm):.2f} s for {n_blocks} blocks; roofline {total_bound:.2f} s "
-        f"(float32 {PEAK_FP32 / 1e12:.0f} TFLOP/s, {PEAK_BW / 1e12:.1f} TB/s; bf16 tensor cores would bound the GEMMs "
-        f"{PEAK_FP32 / PEAK_BF16:.2f}x lower)"
+        f"   total: cold {sum(cold):.2f} s, warm {sum(warm):.2f} s for {len(numbers)} blocks; roofline {total_bound:.2f} s "
+        f"(float32 {PEAK_FP32 / 1e12:.0f} TFLOP/s, {PEAK_BW / 1e12:.1f} TB/s; bf16 tensor cores would lower the GEMM bound "
+        f"{PEAK_BF16 / PEAK_FP32:.0f}x)"
     )
     if cuda:
         print(f"   peak device memory {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB")
