@@ -39,6 +39,34 @@ def lfu(trace: list[int], size: int) -> list[bool]:
     return out
 
 
+def sieve(trace: list[int], size: int) -> list[bool]:
+    """SIEVE: a FIFO queue with a visited bit per row, set by a hit; the hand walks from the oldest
+    row towards the newest (then wraps), clearing visited bits, and evicts the first unvisited
+    row, staying where it was for the next eviction; a new row enters at the newest end."""
+    queue: list[int] = []  # oldest first
+    visited: dict[int, bool] = {}
+    hand = 0
+    out = []
+    for r in trace:
+        if r in visited:
+            visited[r] = True
+            out.append(True)
+            continue
+        out.append(False)
+        if len(queue) == size:
+            while True:
+                hand %= len(queue)
+                if not visited[queue[hand]]:
+                    break
+                visited[queue[hand]] = False
+                hand += 1
+            del visited[queue.pop(hand)]  # the hand now points at the next newer row
+            hand = hand if hand < len(queue) else 0
+        queue.append(r)
+        visited[r] = False
+    return out
+
+
 def belady(trace: list[int], size: int) -> list[bool]:
     """MIN with demand paging: every miss is cached; evict the cached row next used farthest ahead
     (never again = infinitely far)."""

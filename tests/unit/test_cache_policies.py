@@ -1,12 +1,12 @@
 """libCacheSim's policies, as the suite runs them, against brute-force caches written in the test:
-the hit count of every window (and so of the whole trace) for LRU, LFU and Belady; Belady's
+the hit count of every window (and so of the whole trace) for LRU, LFU, SIEVE and Belady; Belady's
 future pass; the miss stream; sizes and names refused."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from _brute_caches import belady, lfu, lru, next_uses
+from _brute_caches import belady, lfu, lru, next_uses, sieve
 
 from engram_viz.analysis.caches.cache_sizes import parse_size, parse_sizes
 from engram_viz.analysis.caches.future_access import NEVER, write_future_trace
@@ -18,7 +18,7 @@ from engram_viz.errors import CacheSimError
 pytestmark = pytest.mark.unit
 pytest.importorskip("libcachesim")
 
-BRUTE = {"LRU": lru, "LFU": lfu, "Belady": belady}
+BRUTE = {"LRU": lru, "LFU": lfu, "SIEVE": sieve, "Belady": belady}
 
 
 def _trace(seed: int, n: int = 600, alphabet: int = 40) -> list[int]:

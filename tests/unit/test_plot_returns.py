@@ -87,10 +87,10 @@ def _frames() -> types.SimpleNamespace:
     usage = pd.DataFrame({"layer": [1, 1, 3], "row": [0, 5, 7], "hits": [2, 1, 4]})
     hit_rates = pd.DataFrame(
         [
-            (lay, "all", "token", pol, rows, rows * 264, rate, 0.9)
+            (lay, "all", "token", p, r, 264 * r, h, 0.5)
             for lay in LAYERS
-            for pol, rate in (("LRU", 0.3), ("Belady", 0.5))
-            for rows in (16, 256)
+            for p, h in (("LRU", 0.2), ("Belady", 0.3))
+            for r in (10, 100)
         ],
         columns=["layer", "scope", "mode", "policy", "cache_rows", "cache_bytes", "hit_rate", "best_hit_rate"],
     )
@@ -116,7 +116,7 @@ PLOTS = {
     "gate_vs_memory": (lambda f, ax: viz.gate_vs_memory(f.summary, f.curve, {1: 0.5, 3: 0.2}, ax=ax), 2),
     "loss_change_by_token": (lambda f, ax: viz.loss_change_by_token(f.loss, "p", ax=ax), 1),
     "gate_change_vs_colliding_heads": (lambda f, ax: viz.gate_change_vs_colliding_heads(f.orders, ax=ax), 1),
-    "hit_rate_vs_size": (lambda f, ax: viz.hit_rate_vs_size(f.hit_rates, ax=ax), len(LAYERS)),
+    "hit_rate_vs_size": (lambda f, ax: viz.hit_rate_vs_size(f.hit_rates, marks={"16,384 rows": 264 * 16384}, ax=ax), 2),
 }
 
 
