@@ -131,12 +131,11 @@ def main() -> None:
             Path(args.out).write_text("\n".join(lines) + "\n")
 
     with tempfile.TemporaryDirectory() as tmp:
-        for dim in (64, 128):
-            for seed in (0, 1, 2):
-                folder = write(Path(tmp) / f"c{dim}-{seed}", dim, seed)
-                for tokens in (8, 300, 1200):
-                    for line in case(folder, dim, seed, tokens):
-                        say(line)
+        folders = {(d, s): write(Path(tmp) / f"c{d}-{s}", d, s) for d in (64, 128) for s in (0, 1, 2)}
+        for tokens in (300, 1200, 8):  # the indexer's cases first
+            for (dim, seed), folder in folders.items():
+                for line in case(folder, dim, seed, tokens):
+                    say(line)
         say("V4.1-Flash layer numbers at small widths: " + v41_layout_report(Path(tmp)))
 
 
