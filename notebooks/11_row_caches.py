@@ -47,6 +47,7 @@ ROW = row_bytes(v41)  # 256 fp8 features + 8 e8m0 scales
 TABLE = int(ev.EngramLayout(v41).rows_per_layer.min())
 N = settings.corpus_tokens(30_000)  # tokens per text source
 print(f"V4.1-Flash: {TABLE:,} rows a table, {ROW} B a row, {TABLE * ROW / 1e9:.1f} GB a table")
+display(ev.notebook.layout_provenance(v41, f"row reads of up to {N:,} tokens per text source"))
 
 # %% [markdown]
 # ## The traces

@@ -271,7 +271,9 @@ def _usage_section(frames: dict[str, pd.DataFrame], usage: RowUsage, config: Eng
             "Row rank-frequency",
             "Hits of the r-th most read row, per layer (log-log), n-grams of only BOS and pad (every prompt's "
             "start) left out (RowUsage.rank_frequency(specials=True) keeps them).",
-        ),
+        )
+        if len(frames["rank_frequency"])
+        else missing("Row rank-frequency left out: every row read holds an n-gram of only BOS and pad."),
         FigureSpec(
             "touched_rows",
             lambda: touched_rows_map(usage, config, theme=theme),

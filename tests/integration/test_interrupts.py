@@ -76,7 +76,8 @@ def report_run(out: Path) -> list[str]:
     manifest = json.loads((out / "manifest.json").read_text())
     listed = {f for paths in (*manifest["tables"].values(), *manifest["figures"].values()) for f in paths}
     trace_files = {f for f in files_of(out) if f.startswith("trace/")}
-    assert trace_files and files_of(out) == listed | trace_files | {"manifest.json", "report.html"}
+    run_files = {"manifest.json", "report.html", manifest["provenance"]["prompts_file"]}  # the prompts that ran
+    assert trace_files and files_of(out) == listed | trace_files | run_files
     ids = Trace.load(out / "trace").prompt_ids
     assert manifest["provenance"]["n_prompts"] == len(ids)
     assert sorted(pd.read_csv(out / "tables" / "gates.csv").prompt.unique()) == sorted(ids)

@@ -17,6 +17,11 @@ from engram_viz.run.provenance import short_label
 from engram_viz.viz.stamps import stamp
 
 
+def texts(fig) -> list[str]:
+    """The figure's texts with the stamp's wrapping undone (a long stamp wraps to the figure's width)."""
+    return [" ".join(t.get_text().split("\n")) for t in fig.texts]
+
+
 def test_load_pipeline_reads_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv(settings.CHECKPOINT, str(tmp_path / "missing"))
     with pytest.raises(FileNotFoundError, match="missing"):
@@ -43,7 +48,7 @@ def test_stamp_and_show_carry_the_label_and_a_png(trace):
 
     gates = trace.to_frame("gates")
     ax = stamp(gate_heatmap(gates, "en"), trace.model_label)  # an Axes: its figure is stamped
-    assert any(short_label(trace.model_label) == t.get_text() for t in ax.figure.texts)
+    assert short_label(trace.model_label) in texts(ax.figure)
     view = stamp(token_view(gates, "en", title="t"), "model X at /some/where")
     assert view.title == "t \u2014 model X"
     inter = stamp(gate_heatmap_interactive(gates, "en"), trace.model_label)
@@ -103,12 +108,12 @@ def test_figures_from_a_trace_frame_stamp_themselves(trace):
     gates = trace.to_frame("gates")
     label = short_label(trace.model_label)
     fig = gate_heatmap(gates, "en").figure
-    assert [t.get_text() for t in fig.texts].count(label) == 1
+    assert texts(fig).count(label) == 1
     stamp(fig, "other model at /x")  # stamping again replaces the line
-    assert label not in [t.get_text() for t in fig.texts] and "other model" in [t.get_text() for t in fig.texts]
-    assert label in [t.get_text() for t in token_text_figure(gates, "en").texts]
+    assert label not in texts(fig) and "other model" in texts(fig)
+    assert label in texts(token_text_figure(gates, "en"))
     assert token_view(gates, "en", title="t").title == f"t \u2014 {label}"
     assert gate_heatmap_interactive(gates, "en").layout.title.subtitle.text
     bare = gates.copy()
     bare.attrs.clear()
-    assert label not in [t.get_text() for t in gate_heatmap(bare, "en").figure.texts]  # no provenance, no stamp
+    assert label not in texts(gate_heatmap(bare, "en").figure)  # no provenance, no stamp
