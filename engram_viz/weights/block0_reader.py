@@ -44,24 +44,29 @@ Linear = Callable[[torch.Tensor], torch.Tensor]
 FP4_PACKED = ("I8", "U8")
 
 
-def _locate(folder: Path) -> dict[str, TensorInfo]:
-    """Headers of the shards holding ``layers.0.*`` and ``embed.weight``: name -> TensorInfo."""
+def locate_tensors(folder: Path, wanted: Callable[[str], bool], what: str) -> dict[str, TensorInfo]:
+    """Headers of the shards holding the tensors ``wanted`` picks: name -> TensorInfo. ``what`` names
+    the caller in the error for a folder without the hf layout (the mp parts split GEMMs by rank)."""
     index = folder / INDEX_FILE
     if index.is_file():
-        weight_map = read_weight_map(folder, index)
-        shards = sorted({s for n, s in weight_map.items() if n.startswith(PREFIX) or n == EMBED_NAME})
+        shards = sorted({s for n, s in read_weight_map(folder, index).items() if wanted(n)})
     elif (folder / SINGLE_FILE).is_file():
         shards = [SINGLE_FILE]
     else:
         raise CheckpointError(
-            f"checkpoint {folder}: block-0 streams need the hf layout ({INDEX_FILE} or {SINGLE_FILE}); "
-            "the model{i}-mp{n} parts split block 0's GEMMs by rank"
+            f"checkpoint {folder}: {what} need the hf layout ({INDEX_FILE} or {SINGLE_FILE}); "
+            "the model{i}-mp{n} parts split their GEMMs by rank"
         )
     found: dict[str, TensorInfo] = {}
     for shard in shards:
         header = read_safetensors_header(folder / shard)
-        found.update({n: t for n, t in header.tensors.items() if n.startswith(PREFIX) or n == EMBED_NAME})
+        found.update({n: t for n, t in header.tensors.items() if wanted(n)})
     return found
+
+
+def _locate(folder: Path) -> dict[str, TensorInfo]:
+    """Headers of the shards holding ``layers.0.*`` and ``embed.weight``: name -> TensorInfo."""
+    return locate_tensors(folder, lambda n: n.startswith(PREFIX) or n == EMBED_NAME, "block-0 streams")
 
 
 def _check(info: TensorInfo, name: str, dtype: str, shape: tuple[int, ...]) -> TensorInfo:

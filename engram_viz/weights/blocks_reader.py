@@ -23,12 +23,12 @@ from engram_viz.core.block0_config import dense_tensors, expert_names, expert_te
 from engram_viz.core.blocks_config import BlocksConfig, attention_extras
 from engram_viz.core.schema import EMBED_NAME
 from engram_viz.errors import CheckpointError
-from engram_viz.weights.block0_reader import Linear, _check, _read_fp4, fp4_gemm, fp8_gemm
+from engram_viz.weights.block0_reader import Linear, _check, _read_fp4, fp4_gemm, fp8_gemm, locate_tensors
 from engram_viz.weights.embedding import TokenEmbedding
-from engram_viz.weights.index import INDEX_FILE, read_json, read_weight_map
+from engram_viz.weights.index import read_json
 from engram_viz.weights.rows import LazyRows
-from engram_viz.weights.safetensors import TensorInfo, read_safetensors_header, read_tensor
-from engram_viz.weights.scan import MARKER_FILE, SINGLE_FILE
+from engram_viz.weights.safetensors import TensorInfo, read_tensor
+from engram_viz.weights.scan import MARKER_FILE
 
 TensorSpec = dict[str, tuple[str, tuple[int, ...]]]
 
@@ -47,21 +47,7 @@ def _locate(folder: Path, n_blocks: int) -> dict[str, TensorInfo]:
         n = _layer_of(name)
         return name == EMBED_NAME or (n is not None and n < n_blocks)
 
-    index = folder / INDEX_FILE
-    if index.is_file():
-        shards = sorted({s for n, s in read_weight_map(folder, index).items() if wanted(n)})
-    elif (folder / SINGLE_FILE).is_file():
-        shards = [SINGLE_FILE]
-    else:
-        raise CheckpointError(
-            f"checkpoint {folder}: the blocks need the hf layout ({INDEX_FILE} or {SINGLE_FILE}); "
-            "the model{i}-mp{n} parts split their GEMMs by rank"
-        )
-    found: dict[str, TensorInfo] = {}
-    for shard in shards:
-        header = read_safetensors_header(folder / shard)
-        found.update({n: t for n, t in header.tensors.items() if wanted(n)})
-    return found
+    return locate_tensors(folder, wanted, "the blocks")
 
 
 def block_tensors(cfg: BlocksConfig, n: int) -> TensorSpec:
