@@ -26,13 +26,15 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # the small-width config the tests use
+
+from blocks_kit import SMALL_V41
 
 from engram_viz.core.blocks import block
 from engram_viz.core.blocks_config import V41_FLASH_BLOCKS, BlocksConfig
@@ -47,24 +49,6 @@ PEAK_BW = 4.8e12  # bytes/s, H200 HBM3e
 PEAK_FP32 = 67e12  # FLOP/s, CUDA cores (the float32 GEMMs of this port)
 PEAK_BF16 = 989e12  # FLOP/s, dense bf16 tensor cores (what a bf16-GEMM port could reach)
 POOL = 8
-SMALL = replace(
-    V41_FLASH_BLOCKS,
-    dim=64,
-    n_heads=4,
-    head_dim=64,
-    rope_head_dim=16,
-    q_lora_rank=32,
-    o_groups=2,
-    o_lora_rank=32,
-    window_size=8,
-    n_routed_experts=8,
-    n_activated_experts=3,
-    moe_inter_dim=64,
-    index_n_heads=4,
-    index_head_dim=32,
-    index_topk=16,
-    original_seq_len=64,
-)
 
 
 class DeviceLayer:
@@ -178,7 +162,7 @@ def agreement(device, tokens: int) -> tuple[tuple[float, float], list[tuple[floa
     """(chained: largest steps and bit-equal share of the streams entering layer 14 after every block ran on
     its own device; per block: each block run on the device from the CPU's own input (streams, pre mix and
     shared compressed KV), against the CPU's output: largest steps, share within one step, bit-equal share)."""
-    cfg = SMALL
+    cfg = SMALL_V41
     ls_dev, ls_cpu = layers(cfg, device, cfg.n_blocks), layers(cfg, "cpu", cfg.n_blocks)
     g = torch.Generator().manual_seed(1)
     embed = (torch.randn(4096, cfg.dim, generator=g) * 0.5).to(torch.bfloat16)

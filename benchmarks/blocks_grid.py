@@ -24,7 +24,6 @@ import json
 import sys
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -33,12 +32,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from blocks_kit import engram_config, our_streams, prompt, reference_engram_streams, write
+from blocks_kit import SMALL_V41, engram_config, our_streams, prompt, reference_engram_streams, write
 from reference_blocks import Transformer
 
 from engram_viz.cli import main as cli
 from engram_viz.config import EngramConfig, load_config
-from engram_viz.core.blocks_config import V41_FLASH_BLOCKS
 from engram_viz.core.tokenizer import get_tokenizer
 from engram_viz.weights.synthetic import write_synthetic_checkpoint
 
@@ -73,25 +71,7 @@ def v41_layout_report(tmp: Path) -> str:
     raw.pop("name")
     raw.update(n_layers=40, engram_layer_ids=[1, 14])
     ecfg = EngramConfig.from_dict(raw, "tiny-v41-layout")
-    bcfg = replace(
-        V41_FLASH_BLOCKS,
-        dim=64,
-        n_heads=4,
-        head_dim=64,
-        rope_head_dim=16,
-        q_lora_rank=32,
-        o_groups=2,
-        o_lora_rank=32,
-        window_size=8,
-        n_routed_experts=8,
-        n_activated_experts=3,
-        moe_inter_dim=64,
-        index_n_heads=4,
-        index_head_dim=32,
-        index_topk=16,
-        original_seq_len=64,
-    )
-    folder = write_synthetic_checkpoint(tmp / "v41-layout", ecfg, seed=0, blocks=bcfg)
+    folder = write_synthetic_checkpoint(tmp / "v41-layout", ecfg, seed=0, blocks=SMALL_V41)
     prompts = tmp / "p.jsonl"
     texts = ["Alexander the Great was a king of Macedon.", "The Great Wall of China <image:28x28px> is long."]
     prompts.write_text(

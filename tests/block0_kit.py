@@ -19,19 +19,20 @@ from safetensors.torch import load_file
 
 from engram_viz.core.block0_config import Block0Config
 
-SMALL = Block0Config(
-    dim=64,
-    n_heads=4,
-    head_dim=64,
-    rope_head_dim=16,
-    q_lora_rank=32,
-    o_groups=2,
-    o_lora_rank=32,
-    window_size=8,
-    n_routed_experts=8,
-    n_activated_experts=3,
-    moe_inter_dim=64,
-)
+SMALL_WIDTHS = {
+    "dim": 64,
+    "n_heads": 4,
+    "head_dim": 64,
+    "rope_head_dim": 16,
+    "q_lora_rank": 32,
+    "o_groups": 2,
+    "o_lora_rank": 32,
+    "window_size": 8,
+    "n_routed_experts": 8,
+    "n_activated_experts": 3,
+    "moe_inter_dim": 64,
+}  # small widths of block 0's fields, shared with blocks_kit
+SMALL = Block0Config(**SMALL_WIDTHS)
 E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
 
 

@@ -8,13 +8,15 @@ indexer choose.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import torch
+from block0_kit import SMALL_WIDTHS
 
 from engram_viz.config import EngramConfig, load_config
 from engram_viz.core.blocks import model_streams
-from engram_viz.core.blocks_config import BlocksConfig
+from engram_viz.core.blocks_config import V41_FLASH_BLOCKS, BlocksConfig
 from engram_viz.core.engram import Engram
 from engram_viz.core.hashing import hash_prompt
 from engram_viz.core.tokenizer import get_tokenizer
@@ -24,6 +26,10 @@ from engram_viz.weights.synthetic import write_synthetic_checkpoint
 
 ENGRAM_LAYERS = (1, 6)
 INDEX_TOPK = 16
+# V4.1-Flash's own layer structure (blocks 0-13, kv and index sources 2 and 8) at small widths
+SMALL_V41 = replace(
+    V41_FLASH_BLOCKS, **SMALL_WIDTHS, index_n_heads=4, index_head_dim=32, index_topk=INDEX_TOPK, original_seq_len=64
+)
 WIDTHS = {
     64: {"n_heads": 4, "head_dim": 64},
     128: {"n_heads": 4, "head_dim": 64, "q_lora_rank": 64, "moe_inter_dim": 96},
