@@ -24,23 +24,12 @@ from engram_viz.analysis.caches.cache_sizes import SHIPPED_SIZES, default_sizes,
 from engram_viz.analysis.caches.corpus_trace import trace_corpus, trace_texts
 from engram_viz.analysis.caches.simulate import simulate_trace
 from engram_viz.analysis.corpus.default_corpus import default_corpus_files
-from engram_viz.analysis.corpus.documents import iter_documents
+from engram_viz.analysis.corpus.documents import first_documents
 from engram_viz.apps.corpus_job import peak_rss_mb
 from engram_viz.config import load_config
 from engram_viz.core.layout import EngramLayout
 from engram_viz.viz.cache_plots import hit_rate_vs_size
 from engram_viz.viz.export import export_all
-
-
-def first_documents(path: Path, chars: int) -> list[str]:
-    """The first paragraphs of a file, about ``chars`` characters."""
-    out, size = [], 0
-    for text, _ in iter_documents(path, "text", "paragraph", 1 << 16):
-        if size >= chars:
-            break
-        out.append(text)
-        size += len(text)
-    return out
 
 
 def cpu_features() -> str:

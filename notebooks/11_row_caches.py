@@ -38,7 +38,7 @@ from engram_viz.analysis.caches.corpus_trace import trace_corpus, trace_texts, t
 from engram_viz.analysis.caches.page_io import disk_table, page_io
 from engram_viz.analysis.caches.simulate import simulate_trace
 from engram_viz.analysis.corpus.default_corpus import default_corpus_files
-from engram_viz.analysis.corpus.documents import CorpusError, DocumentSpec, iter_documents
+from engram_viz.analysis.corpus.documents import CorpusError, DocumentSpec, first_documents
 
 ev.notebook.setup()
 v41 = ev.load_config("v41-flash")
@@ -58,17 +58,6 @@ display(ev.notebook.layout_provenance(v41, f"row reads of up to {N:,} tokens per
 
 
 # %%
-def first_documents(path: pathlib.Path, chars: int) -> list[str]:
-    """The first paragraphs of a file, about ``chars`` characters."""
-    out, size = [], 0
-    for text, _ in iter_documents(path, "text", "paragraph", 1 << 16):
-        if size >= chars:
-            break
-        out.append(text)
-        size += len(text)
-    return out
-
-
 try:
     kjv, zh = default_corpus_files()
     english, chinese = first_documents(kjv, 2 * N), first_documents(zh, N // 2)  # about N / 2 tokens each

@@ -293,3 +293,14 @@ def _parse(
                 first = False
     except (OSError, EOFError, UnicodeError) as err:
         raise CorpusError(f"corpus file {path} could not be read: {err}") from None
+
+
+def first_documents(path: str | Path, chars: int) -> list[str]:
+    """The first paragraphs of a text file, about ``chars`` characters (a sample for a quick look)."""
+    out, size = [], 0
+    for text, _ in iter_documents(path, "text", "paragraph", 1 << 16):
+        if size >= chars:
+            break
+        out.append(text)
+        size += len(text)
+    return out
