@@ -38,10 +38,7 @@ def collisions_vs_expected(
     require_columns(collisions, COLLISION_COLUMNS, "collisions")
     layers = pick_layers(collisions, layer, "collisions")
 
-    def make(fig: Figure):
-        return fig.subplots(len(layers), 1, squeeze=False)[:, 0]
-
-    with plot_axes(ax, theme, (width, 0.6 + 1.9 * len(layers)), len(layers), make) as (fig, t, axes):
+    with plot_axes(ax, theme, (width, 0.6 + 1.9 * len(layers)), len(layers)) as (fig, t, axes):
         for panel, lay in zip(axes, layers):
             at = collisions[collisions["layer"] == lay].sort_values(["order", "head"])
             x, orders, n_heads = column_index(at)

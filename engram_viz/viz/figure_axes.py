@@ -26,18 +26,23 @@ AxesArg = Axes | Sequence[Axes] | None
 
 @contextmanager
 def plot_axes(
-    ax: AxesArg, theme: str | Theme, figsize: tuple[float, float], n: int, make: Callable[[Figure], object]
+    ax: AxesArg,
+    theme: str | Theme,
+    figsize: tuple[float, float],
+    n: int,
+    make: Callable[[Figure], object] | None = None,
 ) -> Iterator[tuple[Figure, Theme, list[Axes]]]:
     """Yield ``(fig, theme, axes)``: ``n`` panels to draw into, in order.
 
     With ``ax=None`` a new themed figure of ``figsize`` inches (``style.themed_figure``) whose
-    axes ``make(fig)`` creates (an Axes or an array of them); else the caller's ``ax`` (one Axes,
+    axes ``make(fig)`` creates (an Axes or an array of them; by default a column of ``n``); else the caller's ``ax`` (one Axes,
     or a sequence of ``n``), drawn under the theme's rcParams. Either way the plot returns its
     axes, never the figure (see :func:`drawn`); ``ax.figure`` reaches it.
     """
     if ax is None:
         with themed_figure(theme, figsize) as (fig, t):
-            yield fig, t, list(np.ravel(make(fig)))
+            made = fig.subplots(n, 1, squeeze=False)[:, 0] if make is None else make(fig)
+            yield fig, t, list(np.ravel(made))
         return
     axes = [ax] if isinstance(ax, Axes) else list(ax)
     if len(axes) != n or not all(isinstance(a, Axes) for a in axes):

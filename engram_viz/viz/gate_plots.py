@@ -95,10 +95,7 @@ def gate_heatmap(
     size, panels = heatmap_size(len(labels), axis, width)
     n = _panel_count(ax, panels)
 
-    def make(fig: Figure):
-        return fig.subplots(n, 1, squeeze=False)[:, 0]
-
-    with plot_axes(ax, theme, size, n, make) as (fig, t, axes):
+    with plot_axes(ax, theme, size, n) as (fig, t, axes):
         draw_token_heatmap(
             fig,
             axes,
@@ -333,10 +330,7 @@ def gate_difference_heatmap(
     size, panels = heatmap_size(len(rows), axis, width)
     n = _panel_count(ax, panels)
 
-    def make(fig: Figure):
-        return fig.subplots(n, 1, squeeze=False)[:, 0]
-
-    with plot_axes(ax, theme, size, n, make) as (fig, t, axes):
+    with plot_axes(ax, theme, size, n) as (fig, t, axes):
         cmap = colormaps["berlin" if t.name == "dark" and "berlin" in colormaps else "RdBu_r"]
         draw_token_heatmap(
             fig,

@@ -42,10 +42,7 @@ def coverage_per_column(
     require_columns(coverage, COVERAGE_COLUMNS, "coverage")
     layers = pick_layers(coverage, layer, "coverage")
 
-    def make(fig: Figure):
-        return fig.subplots(len(layers), 1, squeeze=False)[:, 0]
-
-    with plot_axes(ax, theme, (width, 0.6 + 1.8 * len(layers)), len(layers), make) as (_fig, t, axes):
+    with plot_axes(ax, theme, (width, 0.6 + 1.8 * len(layers)), len(layers)) as (_fig, t, axes):
         for panel, lay in zip(axes, layers):
             at = coverage[coverage["layer"] == lay].sort_values(["order", "head"])
             x, orders, n_heads = column_index(at)
@@ -215,10 +212,7 @@ def touched_rows_map(
     lay_out = _as_layout(layout)
     layers = pick_layers(usage, layer, "usage")
 
-    def make(fig: Figure):
-        return fig.subplots(len(layers), 1, squeeze=False)[:, 0]
-
-    with plot_axes(ax, theme, (width, 0.5 + 2.2 * len(layers)), len(layers), make) as (fig, t, axes):
+    with plot_axes(ax, theme, (width, 0.5 + 2.2 * len(layers)), len(layers)) as (fig, t, axes):
         for panel, lay in zip(axes, layers):
             _touched_panel(fig, panel, usage, lay, lay_out, bins, weight, t)
     return drawn(axes, ax, usage)
