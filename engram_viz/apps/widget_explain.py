@@ -34,6 +34,7 @@ from engram_viz.run.pipeline import Pipeline
 from engram_viz.viz.comparison_html import difference_html, message_html, panel_box
 from engram_viz.viz.html_templates import macros, table_html
 from engram_viz.viz.style import get_theme
+from engram_viz.viz.token_labels import token_label
 from engram_viz.viz.view_payload import explanation_payload
 from engram_viz.weights.row_edits import ZERO, edit_tables
 
@@ -90,7 +91,7 @@ def rows_table_html(rows: pd.DataFrame, token: str, position: int, layer: int, s
     )
     what = f"stream {stream}" if not isinstance(stream, str) else "mean of streams"
     gate = float(rows["gate"].iloc[0]) if len(rows) else float("nan")
-    body = _M.rows(t, repr(token), position, layer, what, f"{gate:.4f}", table)
+    body = _M.rows(t, repr(token_label(token)), position, layer, what, f"{gate:.4f}", table)
     return panel_box(t, body, f"the 24 rows of position {position}")
 
 

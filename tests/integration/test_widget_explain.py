@@ -6,11 +6,14 @@ never pinned: the ablated run's gate equals the explanation's left-out gate."""
 
 from __future__ import annotations
 
+import html
+
 import numpy as np
 import pytest
 
 from engram_viz.apps.widget import PromptComparison
 from engram_viz.apps.widget_explain import ROW_VIEW_COLUMNS
+from engram_viz.viz.token_labels import token_label
 
 pytestmark = pytest.mark.integration
 
@@ -76,3 +79,11 @@ def test_a_new_prompt_resets_and_bad_selections_say_so(cmp):
     cmp.set_prompts("", "The Small Wall of China.")
     with pytest.raises(ValueError, match="does not run"):
         e.select(1, "A")
+
+
+def test_the_rows_header_names_a_special_token_by_its_short_label(cmp):
+    cmp.set_prompts("The Great Wall of China.", "The Small Wall of China.")
+    a = cmp.results["A"]
+    cmp.widget.selected = {"slot": "A", "position": 0}  # BOS
+    shown = html.unescape(cmp.explainer.rows_html)
+    assert repr(token_label(a.pieces[0])) in shown and a.pieces[0] not in shown
