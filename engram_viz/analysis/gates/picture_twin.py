@@ -114,7 +114,7 @@ def picture_twins(pipe: Pipeline, prompts: Sequence[Any], limit: int = MAX_TWINS
 
 def twin_summary(twins: pd.DataFrame) -> pd.DataFrame:
     """Per prompt and layer: text positions after the picture, the largest and the 99th-percentile
-    |gate difference| over those positions and streams, and where the largest is (position, token)."""
+    absolute gate difference over those positions and streams, and where the largest is (position, token)."""
     rows = []
     for (prompt, layer), part in twins.groupby(["prompt", "layer"], sort=False):
         size = part["difference"].abs()
