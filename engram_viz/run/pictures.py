@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from PIL import Image, ImageOps
+from PIL import Image, ImageOps, UnidentifiedImageError
 
 from engram_viz.config import EngramConfig, load_config
 from engram_viz.core.image_patches import picture_patches
@@ -109,7 +109,8 @@ def _decode(data: bytes, name: str) -> Image.Image:
     except Image.DecompressionBombError as err:
         raise PictureError(f"picture {name} is too large to decode safely: {err}") from None
     except (OSError, SyntaxError, ValueError) as err:  # UnidentifiedImageError, "image file is truncated", ...
-        raise PictureError(f"picture {name} is not a readable image ({err}); expected a complete PNG or JPEG") from None
+        why = "no image format Pillow reads" if isinstance(err, UnidentifiedImageError) else str(err)
+        raise PictureError(f"picture {name} is not a readable image ({why}); expected a complete PNG or JPEG") from None
 
 
 def fit_to_canvas(image: Image.Image, plan: ImagePlan, max_wh_ratio: float | None = None) -> np.ndarray:
