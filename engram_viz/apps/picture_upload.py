@@ -27,9 +27,8 @@ from engram_viz.errors import PictureError, UploadError
 from engram_viz.run.pictures import open_image, plan_for
 from engram_viz.settings import cache_dir
 
-MAX_UPLOAD_BYTES = (
-    7 * 2**20
-)  # base64-encoded it fits a 10 MiB websocket message (tornado's default: Jupyter's, the app's)
+# base64-encoded, an upload this large fits a 10 MiB websocket message (tornado's default, Jupyter's too)
+MAX_UPLOAD_BYTES = 7 * 2**20
 UPLOADS = "uploads"  # the cache's sub-folder for uploaded pictures
 
 
