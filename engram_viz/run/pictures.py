@@ -82,8 +82,8 @@ def _read_path(source: str | os.PathLike, folder: Path | None, confined: bool) -
         inside, real = os.path.realpath(folder), os.path.realpath(path)
         if os.path.commonpath([inside, real]) != inside:
             raise PictureError(
-                f"picture {str(source)!r} leads outside the prompt file's folder {folder}; "
-                "a prompt file may name pictures in its own folder (or below it) only"
+                f"picture {str(source)!r} leads outside {folder}, the one folder this prompt's pictures are read "
+                "from (a prompt file's own folder, the comparison's upload folder); name pictures inside it"
             )
     if not path.is_file():
         what = "is a folder" if path.is_dir() else "does not exist"
