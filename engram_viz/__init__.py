@@ -20,6 +20,8 @@ The front door, the names a researcher needs::
 - gates: :func:`gate_overview`, :func:`stream_selectivity`, :func:`gates_with_exposure` (the gates
   frame with its collision ``exposure`` column), :func:`collision_exposure`, :func:`ngram_windows_table`,
   :func:`after_image_vs_fresh_start`; gate versus memory (tiny LM): :func:`training_counts`, :func:`gate_memory`
+- pictures: :func:`picture_vs_placeholder` / :func:`prompt_vs_placeholder` (a real picture's prompt beside
+  its placeholder twin, the gate difference of the text after it), :func:`picture_twins`, :func:`twin_summary`
 - why this gate: :func:`explain` -> :class:`Explanation` (``rows_frame``, ``position_table``,
   ``groups_frame``), :func:`order_profile`
 - row edits: :func:`edit_rows` / :func:`edit_tables` (overlays on a table's rows), :func:`compare_edit`
@@ -53,6 +55,12 @@ if TYPE_CHECKING:  # what a type checker and an editor see; at run time each nam
     from engram_viz.analysis.explain.explanation import Explanation, explain, order_profile
     from engram_viz.analysis.gates.gate_memory import gate_memory, training_counts
     from engram_viz.analysis.gates.image_boundary import after_image_vs_fresh_start
+    from engram_viz.analysis.gates.picture_twin import (
+        picture_twins,
+        picture_vs_placeholder,
+        prompt_vs_placeholder,
+        twin_summary,
+    )
     from engram_viz.analysis.gates.summary import gate_overview, stream_selectivity
     from engram_viz.analysis.row_stats.collisions import CollisionStats
     from engram_viz.analysis.row_stats.row_index import RowIndex
@@ -95,6 +103,10 @@ _NAMES = {
     "gate_memory": "engram_viz.analysis.gates.gate_memory",
     "training_counts": "engram_viz.analysis.gates.gate_memory",
     "after_image_vs_fresh_start": "engram_viz.analysis.gates.image_boundary",
+    "picture_twins": "engram_viz.analysis.gates.picture_twin",
+    "picture_vs_placeholder": "engram_viz.analysis.gates.picture_twin",
+    "prompt_vs_placeholder": "engram_viz.analysis.gates.picture_twin",
+    "twin_summary": "engram_viz.analysis.gates.picture_twin",
     "gate_overview": "engram_viz.analysis.gates.summary",
     "stream_selectivity": "engram_viz.analysis.gates.summary",
     "CollisionStats": "engram_viz.analysis.row_stats.collisions",
@@ -176,15 +188,19 @@ __all__ = [
     "notebook",
     "open_checkpoint",
     "order_profile",
+    "picture_twins",
+    "picture_vs_placeholder",
     "position_lens",
     "prompt_set_for",
     "prompt_set_path",
+    "prompt_vs_placeholder",
     "provenance_of",
     "row_lens",
     "save_figure",
     "stream_selectivity",
     "synthetic_checkpoint",
     "training_counts",
+    "twin_summary",
     "viz",
     "write_report",
     "zero_ablate",

@@ -330,6 +330,9 @@ def _add_app(p: argparse.ArgumentParser) -> None:
     _checkpoint_arg(p)
     p.add_argument("--port", type=PORT, default=8866, help="TCP port (default 8866; 0: any free port)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument(
+        "--streams", default="auto", help="as report's --streams (block0: uploaded pictures get image features)"
+    )
 
 
 _INSPECT = "engram_viz.commands.inspect_commands"

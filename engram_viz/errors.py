@@ -176,3 +176,7 @@ class BrowserNotFoundError(ExportError):
 # apps: the jobs
 class ReportError(EngramVizError, RuntimeError):
     """The report could not be produced (bad prompts, an unreadable checkpoint, a failed write)."""
+
+
+class UploadError(PictureError):
+    """A picture uploaded into the comparison is empty, too big, or not a complete PNG or JPEG."""

@@ -94,7 +94,6 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw
 
-from engram_viz.analysis.gates.picture_twin import picture_vs_placeholder
 from engram_viz.core.block0_config import Block0Config
 from engram_viz.core.vision_config import VisionConfig
 from engram_viz.weights.synthetic import write_synthetic_checkpoint
@@ -112,18 +111,16 @@ draw = ImageDraw.Draw(card)
 for k in range(10):
     draw.text((20, 20 + 45 * k), f"The Milky Way, line {k}", fill=(20, 20, 60))
 vision_pipe = ev.Pipeline(folder, streams="block0")
-twins = picture_vs_placeholder(vision_pipe, "Here is the Milky Way: ", card, " It stretches across the sky.")
+twins = ev.picture_vs_placeholder(vision_pipe, "Here is the Milky Way: ", card, " It stretches across the sky.")
 ev.notebook.provenance(twins)
 
+# %% [markdown]
+# The gate of each text position after the picture minus its twin's, per stream (thin) and their mean
+# (bold); the table gives the largest and 99th-percentile difference per layer. Block 0 attends
+# within a window (16 positions here): beyond it, it reads text only and the twins agree again.
+
 # %%
-layer1 = twins[twins["layer"] == 1]
-per_position = layer1.groupby(["k_after_image", "token"])["difference"].agg(lambda d: d.abs().max()).reset_index()
-ax = per_position.plot.bar(x="token", y="difference", legend=False, color="#4c72b0", figsize=(7, 3))
-ax.set(
-    xlabel="text after the picture", ylabel="max |gate difference| over streams", title="layer 1: picture - placeholder"
-)
-print(
-    f"largest layer-1 gate difference after the picture: {per_position['difference'].max():.3f} "
-    f"(window {small_block0.window_size}: beyond it block 0 reads text only and the twins agree again)"
-)
-per_position
+ev.viz.picture_twin_plot(twins, layer=1).figure  # one layer: the plot returns its Axes
+
+# %%
+ev.twin_summary(twins)

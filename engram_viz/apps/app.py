@@ -105,12 +105,14 @@ def serve(
     port: int = DEFAULT_PORT,
     host: str = DEFAULT_HOST,
     token: str | None = None,
+    streams: str = "auto",
     on_ready: Callable[[str], None] | None = None,
 ) -> None:
     """Serve the comparison app until interrupted (Ctrl-C or SIGTERM).
 
     ``port``: TCP port (0: any free one); ``host``: address to bind (default 127.0.0.1);
-    ``token``: None makes a random one, '' serves without a token; ``on_ready(url)`` is called once
+    ``token``: None makes a random one, '' serves without a token; ``streams``: the Pipeline's
+    (``block0`` on a checkpoint with a vision tower gives uploaded pictures image features); ``on_ready(url)`` is called once
     the server listens (default: print the URL), before the model has loaded. A bad checkpoint or a
     busy port fails at once, before anything starts."""
     from tornado.httpserver import HTTPServer
@@ -123,7 +125,7 @@ def serve(
     sockets = bind(port, host)
     bound = int(sockets[0].getsockname()[1])
     token = secrets.token_hex(16) if token is None else str(token)
-    loader = ModelLoader(ckpt, say)
+    loader = ModelLoader(ckpt, say, streams)
     server = HTTPServer(make_app(token, loader))
     server.add_sockets(sockets)
     url = _url(host, bound, token)

@@ -42,8 +42,8 @@ class ModelLoader:
     """Loads the Pipeline in a thread and says where it is: ``step`` (words), ``elapsed`` (s),
     ``ready``, ``error`` (why it could not load). Each step is also printed with ``say``."""
 
-    def __init__(self, checkpoint: str | None, say: Callable[[str], None]):
-        self.checkpoint = checkpoint
+    def __init__(self, checkpoint: str | None, say: Callable[[str], None], streams: str = "auto"):
+        self.checkpoint, self.streams = checkpoint, streams
         self.say = say
         self.step = "starting"
         self.ready = False
@@ -72,7 +72,7 @@ class ModelLoader:
             resolve = importlib.import_module("engram_viz.weights.resolve")
             source = resolve.weights_source(self.checkpoint)
             self._at(f"loading the model from {source}")
-            self.pipeline = pipeline_mod.Pipeline(self.checkpoint)
+            self.pipeline = pipeline_mod.Pipeline(self.checkpoint, streams=self.streams)
             self._at("running the first prompts")
             widget.PromptComparison(pipeline=self.pipeline)
             self.make_comparison = widget.PromptComparison

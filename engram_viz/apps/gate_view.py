@@ -15,6 +15,8 @@ answers its requests. What the browser shows, from the synced traits:
 - ``explanation`` (``viz.view_payload.explanation_payload``): the clicked token's 24 rows, each with
   an 'ablate' button that sets ``ablate_request``; ``ablation`` carries the answer (the gate change
   at that token, shown beside the button, and the difference view of the whole prompt);
+- a picture upload (a file chooser and the 'into' slot) that sets ``picture_upload``; the picture
+  becomes an ``<image:...>`` span of that prompt (``apps.picture_upload``), or ``image_info`` says why not;
 - an export menu that sets ``export_request`` ({format: html | png | pdf | json, nonce}); the answer
   comes back in ``export_file`` ({name, mime, data (base64), nonce}) and the browser saves it.
 
@@ -63,6 +65,8 @@ class GateView(anywidget.AnyWidget):
     export_file = tl.Dict().tag(sync=True)  # {name, mime, data, nonce, error}
     image_spec = tl.Unicode("16x12").tag(sync=True)
     image_info = tl.Unicode("").tag(sync=True)
+    picture_upload = tl.Dict().tag(sync=True, echo_update=False)  # {slot, name, data (base64), nonce}: a picture
+    max_upload_bytes = tl.Int(0).tag(sync=True)  # the browser refuses larger files before sending them
 
     @property
     def effective_theme(self) -> str:

@@ -7,6 +7,8 @@ a readable error (a prompt that does not build, one over ``max_tokens`` tokens, 
 <= ``SMALL_DIM``, e.g. the embedded default) runs its forward on one torch thread
 (``torch_threads='auto'``; restored afterwards): for tensors this small, intra-op threads cost
 more than they give, several times more on a busy machine. Collision exposure is not computed.
+With ``folder``, a text's ``<image:NAME>`` pictures are read from that folder only (the comparison's
+uploads: ``apps.picture_upload``), and their spans get image features where the streams merge them.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -57,8 +60,10 @@ class PromptCache:
         max_tokens: int = MAX_TOKENS,
         size: int = 64,
         torch_threads: int | str | None = "auto",
+        folder: Path | None = None,
     ):
         self.pipeline = pipeline
+        self.folder = folder
         self.max_tokens = int(max_tokens)
         if torch_threads == "auto":  # small models: intra-op threads cost more than they give
             small_cpu = pipeline.config.dim <= SMALL_DIM and pipeline.device.type == "cpu"
@@ -72,12 +77,16 @@ class PromptCache:
         self._results.move_to_end(text)
         return self._results[text]
 
+    def _prompt(self, pid: str, text: str) -> dict[str, Any]:
+        """A prompt of ``text`` for the pipeline (built again by the run, so picture spans keep their pixels)."""
+        return {"id": pid, "text": text} if self.folder is None else {"id": pid, "text": text, "folder": self.folder}
+
     def _build(self, todo: list[str]) -> tuple[list[tuple[str, Any]], dict[str, str]]:
         """``([(text, built prompt)], {text: error})``: each text tokenized, or why it cannot run."""
         built, errors = [], {}
         for t in todo:
             try:
-                p = self.pipeline.build([{"id": "_", "text": t}])[0]
+                p = self.pipeline.build([self._prompt("_", t)])[0]
             except Exception as err:  # noqa: BLE001 - any bad prompt becomes a message
                 errors[t] = _readable(err)
                 continue
@@ -99,12 +108,7 @@ class PromptCache:
         if built:
             try:
                 with _torch_threads(self.torch_threads):
-                    trace = self.pipeline.run(
-                        [
-                            {"id": f"_{i}", "text": t, "input_ids": p.input_ids, "token_types": p.token_types}
-                            for i, (t, p) in enumerate(built)
-                        ],
-                    )
+                    trace = self.pipeline.run([self._prompt(f"_{i}", t) for i, (t, _) in enumerate(built)])
             except Exception as err:  # noqa: BLE001
                 for t, _ in built:
                     errors[t] = _readable(err)

@@ -50,6 +50,7 @@ import torch
 
 from engram_viz import settings
 from engram_viz._files import atomic_folder, atomic_write_bytes, atomic_write_text, safe_name, write_table
+from engram_viz.analysis.gates.picture_twin import picture_twins
 from engram_viz.analysis.gates.summary import gate_summary
 from engram_viz.analysis.row_stats.collisions import CollisionStats
 from engram_viz.analysis.row_stats.trace_ngrams import collision_exposure, population_from_trace
@@ -271,6 +272,8 @@ def _build_report(
     atomic_write_bytes(out / f"prompts{prompts_file.suffix}", prompts_file.read_bytes())
     say("counting row usage and collisions")
     frames, usage = _report_frames(trace, pipe)
+    twins = picture_twins(pipe, prompt_set)  # prompts with a real picture beside their placeholder twins
+    frames.update({"picture_twins": twins} if len(twins) else {})
     memory = trace_gate_memory(trace, pipe.lm, say)  # tiny LM only
     frames.update(memory.tables() if memory is not None else {})
     study = report_quant_study(pipe.lm, prompt_set, quant, say) if quant else None

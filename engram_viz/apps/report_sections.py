@@ -2,7 +2,8 @@
 
 :func:`report_sections` lists every section of ``report.html`` in page order: gate versus memory
 (a tiny LM only), gates by category, gate distributions, token-coloured text (HTML, then figures),
-gate heatmaps of the showcase prompts, collision exposure, hash collisions, row usage, row caches, and
+gate heatmaps of the showcase prompts, real pictures beside their placeholder twins (when a prompt holds
+one: the ``picture_twins`` table), collision exposure, hash collisions, row usage, row caches, and
 quantised tables when candidates are given (``report --quant``). A figure is
 a :class:`FigureSpec` (name, how to draw it, title, caption): the job draws and exports each one
 and hands the page the drawn :class:`~engram_viz.viz.report_page.Figure` in its place.
@@ -28,6 +29,7 @@ from engram_viz.analysis.gates.gate_memory import (
     gate_memory,
     training_counts,
 )
+from engram_viz.analysis.gates.picture_twin import twin_summary
 from engram_viz.analysis.gates.summary import gate_overview
 from engram_viz.analysis.quant.study import QuantStudy
 from engram_viz.analysis.row_stats.usage import RowUsage
@@ -39,6 +41,7 @@ from engram_viz.viz.cache_plots import hit_rate_vs_size
 from engram_viz.viz.collision_plots import collisions_vs_expected
 from engram_viz.viz.gate_plots import exposure_beside_gates, gate_distributions, gate_heatmap
 from engram_viz.viz.memory_plots import gate_vs_memory
+from engram_viz.viz.picture_plots import picture_twin_plot
 from engram_viz.viz.quant_plots import quality_vs_bits
 from engram_viz.viz.report_page import Html, Section, Table
 from engram_viz.viz.token_figure import token_text_figure
@@ -195,6 +198,36 @@ def _gate_sections(trace: Trace, gates: pd.DataFrame, rows: pd.DataFrame, theme:
     ]
 
 
+def _picture_section(twins: pd.DataFrame, theme: str) -> Section:
+    """Each prompt with a real picture beside its placeholder twin (``picture_twins``)."""
+    streams = str(twins.attrs.get("provenance", {}).get("streams", ""))
+    merged = "picture spans carry image features" in streams
+    intro = (
+        "Each prompt holding a real picture beside its placeholder twin: the same prompt with <image:WxHpx> "
+        "of the picture's size in its place (the same span, hashes and shut gates, no image features). The "
+        "gates of the text after the picture differ only through the image features reaching it. "
+        + (
+            "These streams merge the picture's features (see the streams label)."
+            if merged
+            else "These streams merge no image features, so the twins agree (see the streams label); "
+            "streams='block0' on a checkpoint with the vision tower merges them."
+        )
+    )
+    figures = tuple(
+        FigureSpec(
+            f"picture_twin_{k}",
+            lambda pid=pid: picture_twin_plot(twins, pid, theme=theme),
+            f"{pid!r} beside its placeholder twin",
+            "Gate of the prompt with the picture minus gate of its placeholder twin, per text position after "
+            "the picture; thin lines: streams, bold: their mean.",
+        )
+        for k, pid in enumerate(pd.unique(twins["prompt"]))
+    )
+    return Section(
+        "picture-twins", "Pictures beside their placeholder twins", intro, (Table(twin_summary(twins)), *figures)
+    )
+
+
 def _exposure_section(trace: Trace, gates: pd.DataFrame, theme: str) -> Section:
     """Collision exposure beside the gates of the first text prompt (none without an exposure column)."""
     show = showcase_prompts(trace)
@@ -349,6 +382,7 @@ def report_sections(
     return [
         *([_memory_section(memory, theme)] if memory is not None else []),
         *_gate_sections(trace, gates, frames["rows"], theme),
+        *([_picture_section(frames["picture_twins"], theme)] if len(frames.get("picture_twins", ())) else []),
         _exposure_section(trace, gates, theme),
         _collision_section(frames, theme),
         _usage_section(frames, usage, config, theme),

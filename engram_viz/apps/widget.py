@@ -9,7 +9,8 @@ itself (``display(cmp)`` or as a cell's last expression; in marimo ``mo.ui.anywi
 - ``set_prompts(a, b, ...)``, ``.prompts``; ``.layer``, ``.stream`` ('mean' / 'max' / 'min' or a
   stream index), ``.view`` ('tokens' or 'all gates'), ``.theme`` ('auto' follows the host page,
   'light', 'dark'; reads back as the theme in effect); ``insert_image(slot, '16x12' | '640x480px')``
-  appends an ``<image:...>`` placeholder;
+  appends an ``<image:...>`` placeholder, ``insert_picture(slot, picture)`` a real picture (as the view's
+  upload button does: ``apps.picture_upload``), whose span gets image features where the streams merge them;
 - ``.html`` the whole view as one HTML string (inline CSS only: no scripts, no network), ``.panels``
   its parts by name, ``.messages`` the readable error of each bad prompt (None when fine),
   ``.traces`` the Trace of each good prompt, ``.difference`` the tidy difference table,
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -44,6 +46,7 @@ import pandas as pd
 
 from engram_viz.analysis.gates.comparison import STREAM_REDUCTIONS, PromptResult, gate_difference
 from engram_viz.apps.gate_view import THEME_CHOICES, GateView
+from engram_viz.apps.picture_upload import MAX_UPLOAD_BYTES, answer_upload, picture_span, upload_folder
 from engram_viz.apps.prompt_cache import MAX_TOKENS, PromptCache
 from engram_viz.apps.view_export import answer_export, export_view
 from engram_viz.apps.widget_explain import TokenExplainer
@@ -78,7 +81,8 @@ def _check_count(n: int, what: str) -> None:
 
 class PromptComparison:
     """The prompt comparison (module docstring). ``pipeline``: a Pipeline to reuse (else one is
-    made from ``checkpoint`` / ``$ENGRAM_VIZ_CHECKPOINT`` / the embedded default)."""
+    made from ``checkpoint`` / ``$ENGRAM_VIZ_CHECKPOINT`` / the embedded default). ``picture_folder``: the
+    one folder uploads go to and ``<image:NAME>`` pictures are read from (default ``<cache>/uploads``)."""
 
     def __init__(
         self,
@@ -94,13 +98,16 @@ class PromptComparison:
         max_tokens: int = MAX_TOKENS,
         cache_size: int = 64,
         torch_threads: int | str | None = "auto",
+        picture_folder: str | Path | None = None,
     ):
         _check_count(len(prompts), "a comparison")
+        self.picture_folder = Path(picture_folder) if picture_folder is not None else upload_folder()
         self.pipeline = pipeline if pipeline is not None else Pipeline(checkpoint)
         self.layer_ids = tuple(int(x) for x in self.pipeline.layer_ids)
         self.hc = int(self.pipeline.config.hc_mult)
         self.max_chars = int(max_chars)
-        self._cache = PromptCache(self.pipeline, max_tokens=max_tokens, size=cache_size, torch_threads=torch_threads)
+        cache = {"max_tokens": max_tokens, "size": cache_size, "torch_threads": torch_threads}
+        self._cache = PromptCache(self.pipeline, folder=self.picture_folder, **cache)
         self._results: list[PromptResult] = []
         self._panels: dict[str, str] = {}
         self._summaries: dict[str, dict] = {}
@@ -120,6 +127,7 @@ class PromptComparison:
             view=self._check_view(view),
             theme=self._check_theme(theme),
             themes=theme_payload(),
+            max_upload_bytes=MAX_UPLOAD_BYTES,
         )
         self.explainer = TokenExplainer(self)
         v.observe(self._on_change, names=["prompts", "layer", "stream", "view", "theme", "host_theme"])
@@ -127,6 +135,7 @@ class PromptComparison:
         v.observe(self.explainer.on_ablate_request, names="ablate_request")
         v.observe(self._on_export, names="export_request")
         v.observe(self._on_image_spec, names="image_spec")
+        v.observe(lambda change: answer_upload(self, change["new"]), names="picture_upload")
         self._on_image_spec()
         if any(not isinstance(p, str) for p in prompts):
             self.set_prompts(*prompts)
@@ -163,6 +172,10 @@ class PromptComparison:
         raise InputError(
             f"stream must be one of {list(STREAM_REDUCTIONS)} or an int in 0..{self.hc - 1}, got {stream!r}"
         )
+
+    def _check_slot(self, slot: str) -> None:
+        if slot not in self.slots:
+            raise InputError(f"slot {slot!r} unknown; expected one of {self.slots}")
 
     @staticmethod
     def _check_view(view: str) -> str:
@@ -275,21 +288,29 @@ class PromptComparison:
     def insert_image(self, slot: str = "A", spec: str = "16x12") -> str | None:
         """Append an ``<image:spec>`` placeholder (``'WxH'`` grid or ``'WxHpx'`` pixels) to prompt
         ``slot``; returns the placeholder, or None (and a message in the view) if ``spec`` is bad."""
-        if slot not in self.slots:
-            raise InputError(f"slot {slot!r} unknown; expected one of {self.slots}")
+        self._check_slot(slot)
         spec = str(spec).strip().removeprefix("<image:").removesuffix(">")
         try:
             parse_placeholder(spec, self.pipeline.config)
         except ImagePromptError as err:
             self.widget.image_info = str(err)
             return None
-        placeholder = f"<image:{spec}>"
+        return self._append(slot, f"<image:{spec}>")
+
+    def insert_picture(self, slot: str, picture: Any, name: str | None = None) -> str | None:
+        """Append a real picture (PNG/JPEG bytes, a path, a Pillow image) to prompt ``slot``, checked and
+        stored (``picture_upload.picture_span``); returns its span, or None (one line in the view) if bad."""
+        self._check_slot(slot)
+        span = picture_span(self, slot, picture, name)
+        return None if span is None else self._append(slot, span)
+
+    def _append(self, slot: str, span: str) -> str:
         prompts = list(self.widget.prompts)
         k = self.slots.index(slot)
         sep = "" if not prompts[k] or prompts[k].endswith((" ", "\n")) else " "
-        prompts[k] = f"{prompts[k]}{sep}{placeholder} "
+        prompts[k] = f"{prompts[k]}{sep}{span} "
         self.widget.prompts = prompts  # the observer updates
-        return placeholder
+        return span
 
     def export(self, fmt: str) -> dict:
         """The view as a file: ``{name, mime, data}`` (data base64) for 'html', 'png', 'pdf' or 'json'."""

@@ -8,4 +8,4 @@ from engram_viz.apps.app import serve
 
 
 def app(args: argparse.Namespace) -> None:
-    serve(args.checkpoint, port=args.port, host=args.host)
+    serve(args.checkpoint, port=args.port, host=args.host, streams=args.streams)

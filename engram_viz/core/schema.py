@@ -105,7 +105,22 @@ def vision_tensors(cfg: VisionConfig) -> dict[str, tuple[str, tuple[int, ...]]]:
     name -> (safetensors dtype, shape). V4.1-Flash: 32 blocks of width vd = 1024, 16 heads, MLP 2816,
     patch 14 (588 = 3 x 14 x 14 inputs), downsample 3 (9 x 1024 aligner inputs), model width 5120.
     Linear weights and biases are bf16 as the reference holds them; RMSNorm weights are float32 there,
-    stored here as F32 (a reader may also take BF16 and widen it)."""
+    stored here as F32 (a reader may also take BF16 and widen it).
+
+    Verified against the reference (``inference/vision.py`` and ``model.py`` at DeepSeek-V4.1-Flash
+    revision dba1be0a, as vendored in tenstorrent/tt-metal ``models/demos/deepseek_v3_d_p/reference/
+    deepseek_v41``): every name is a parameter of ``Transformer`` with the vision path on
+    (``self.vision = ViT``: ``patch_embed.proj``, ``blocks.{i}.norm1/attn.wqkv/attn.wo/norm2/mlp.w1/mlp.w2``,
+    ``norm``; ``self.aligner = Aligner``: ``w1``, ``w2``; ``image_start`` / ``image_end`` / ``image_newline``);
+    the shapes follow from those constructors and the released config.json; ``nn.Linear`` gives every
+    projection a bias except the MLP's (``bias=False``); the module dtypes are bf16 (built under bf16
+    default dtype, as generate.py does) with float32 RMSNorm weights. Checked once (2026-12-04) by building
+    the reference's module tree at V4.1-Flash sizes on the meta device: the same 266 names, shapes and
+    module dtypes as this function gives.
+    Inferred, not verified (no released index or shard was read): that the checkpoint stores these tensors
+    under exactly these names (as it stores the Engram tensors under their parameter names, reference
+    section 4), and their dtypes in the file (a loader copies into the modules' dtypes, so BF16 or F32 both
+    load)."""
     vd, d = cfg.vision_dim, cfg.dim
     out: dict[str, tuple[str, tuple[int, ...]]] = {
         "vision.patch_embed.proj.weight": ("BF16", (vd, cfg.patch_pixels)),

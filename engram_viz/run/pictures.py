@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from PIL import Image, ImageOps
+from PIL import Image, ImageOps, UnidentifiedImageError
 
 from engram_viz.config import EngramConfig, load_config
 from engram_viz.core.image_patches import picture_patches
@@ -82,8 +82,8 @@ def _read_path(source: str | os.PathLike, folder: Path | None, confined: bool) -
         inside, real = os.path.realpath(folder), os.path.realpath(path)
         if os.path.commonpath([inside, real]) != inside:
             raise PictureError(
-                f"picture {str(source)!r} leads outside the prompt file's folder {folder}; "
-                "a prompt file may name pictures in its own folder (or below it) only"
+                f"picture {str(source)!r} leads outside {folder}, the one folder this prompt's pictures are read "
+                "from (a prompt file's own folder, the comparison's upload folder); name pictures inside it"
             )
     if not path.is_file():
         what = "is a folder" if path.is_dir() else "does not exist"
@@ -109,7 +109,8 @@ def _decode(data: bytes, name: str) -> Image.Image:
     except Image.DecompressionBombError as err:
         raise PictureError(f"picture {name} is too large to decode safely: {err}") from None
     except (OSError, SyntaxError, ValueError) as err:  # UnidentifiedImageError, "image file is truncated", ...
-        raise PictureError(f"picture {name} is not a readable image ({err}); expected a complete PNG or JPEG") from None
+        why = "no image format Pillow reads" if isinstance(err, UnidentifiedImageError) else str(err)
+        raise PictureError(f"picture {name} is not a readable image ({why}); expected a complete PNG or JPEG") from None
 
 
 def fit_to_canvas(image: Image.Image, plan: ImagePlan, max_wh_ratio: float | None = None) -> np.ndarray:

@@ -18,6 +18,7 @@ a whole figure and returns that ``Figure``:
 - ``touched_rows_map(usage, layout)``    touched rows over a layer's address space, binned
 - ``hit_rate_vs_size(hit_rates)``        row-cache hit rate against size, a line per policy
 - ``quality_vs_bits(summary)``           KL and gate change p99 against bits per weight, per GGUF type
+- ``picture_twin_plot(twins)``           gate difference after a real picture vs its placeholder twin
 
 Exploring (plotly): ``gate_heatmap_interactive(gates, rows=...)``, ``gate_difference_interactive(diff)``. Token-coloured HTML with
 tooltips: ``token_html(gates)``; ``token_view(gates)`` shows in a notebook as HTML plus a PNG.
@@ -35,6 +36,7 @@ from engram_viz.viz.collision_plots import collisions_vs_expected, heads_shared_
 from engram_viz.viz.edit_plots import gate_change_vs_colliding_heads, loss_change_by_token
 from engram_viz.viz.gate_plots import exposure_beside_gates, gate_difference_heatmap, gate_distributions, gate_heatmap
 from engram_viz.viz.memory_plots import gate_vs_memory
+from engram_viz.viz.picture_plots import picture_twin_plot
 from engram_viz.viz.plotly_figures import gate_difference_interactive, gate_heatmap_interactive
 from engram_viz.viz.quant_plots import quality_vs_bits
 from engram_viz.viz.stamps import ProvenanceBox, stamp
@@ -79,6 +81,7 @@ __all__ = [
     "loss_change_by_token",
     "order_profile_plot",
     "paper_rc",
+    "picture_twin_plot",
     "quality_vs_bits",
     "require_cjk_font",
     "row_rank_frequency",

@@ -115,9 +115,9 @@ def _bad(tmp_path) -> dict[str, tuple[str, str]]:
         "truncated JPEG": ("<image:cut.jpg>", "not a readable image"),
         "not an image": ("<image:notes.png>", "not a readable image"),
         "a folder": ("<image:dir.png>", "is a folder"),
-        "outside, relative": ("<image:../outside.png>", "outside the prompt file's folder"),
-        "outside, absolute": (f"<image:{tmp_path / 'outside.png'}>", "outside the prompt file's folder"),
-        "outside, by a link": ("<image:link.png>", "outside the prompt file's folder"),
+        "outside, relative": ("<image:../outside.png>", "leads outside"),
+        "outside, absolute": (f"<image:{tmp_path / 'outside.png'}>", "leads outside"),
+        "outside, by a link": ("<image:link.png>", "leads outside"),
     }
 
 

@@ -94,6 +94,13 @@ def _frames() -> types.SimpleNamespace:
         ],
         columns=["layer", "scope", "mode", "policy", "cache_rows", "cache_bytes", "hit_rate", "best_hit_rate"],
     )
+    twins = pd.DataFrame(
+        [
+            ("p", pos, f"t{pos}", lay, s, 0.1 * pos - 0.05 * s)
+            for pos, lay, s in itertools.product((5, 6), LAYERS, range(4))
+        ],
+        columns=["prompt", "position", "token", "layer", "stream", "difference"],
+    )
     return types.SimpleNamespace(**locals())
 
 
@@ -116,6 +123,7 @@ PLOTS = {
     "gate_vs_memory": (lambda f, ax: viz.gate_vs_memory(f.summary, f.curve, {1: 0.5, 3: 0.2}, ax=ax), 2),
     "loss_change_by_token": (lambda f, ax: viz.loss_change_by_token(f.loss, "p", ax=ax), 1),
     "gate_change_vs_colliding_heads": (lambda f, ax: viz.gate_change_vs_colliding_heads(f.orders, ax=ax), 1),
+    "picture_twin_plot": (lambda f, ax: viz.picture_twin_plot(f.twins, ax=ax), len(LAYERS)),
     "hit_rate_vs_size": (lambda f, ax: viz.hit_rate_vs_size(f.hit_rates, marks={"16,384 rows": 264 * 16384}, ax=ax), 2),
 }
 

@@ -95,6 +95,7 @@ const SKELETON = `
   <label>image <input class="ev-image-spec" size="9" placeholder="WxH or WxHpx"></label>
   <label>into <select class="ev-image-into"></select></label>
   <button class="ev-image-insert" title="append an &lt;image:WxH&gt; placeholder">insert image</button>
+  <label class="ev-picture" title="append a real picture (PNG or JPEG) to the prompt chosen under 'into'">picture <input type="file" class="ev-picture-file" accept="image/png,image/jpeg"></label>
   <span class="ev-image-info ev-muted"></span>
   <span class="ev-spacer"></span>
   <label>export <select class="ev-export-format"><option>html</option><option>png</option><option>pdf</option><option>json</option></select></label>
@@ -430,6 +431,21 @@ function render({ model, el }) {
     const sep = !prompts[k] || /[ \n]$/.test(prompts[k]) ? "" : " ";
     prompts[k] = `${prompts[k]}${sep}<image:${spec}> `;
     set("prompts", prompts);
+  });
+  $(".ev-picture-file").addEventListener("change", async (e) => {
+    const file = e.target.files[0];
+    e.target.value = ""; // the same file can be chosen again
+    if (!file) return;
+    const slot = $(".ev-image-into").value || "A";
+    const most = model.get("max_upload_bytes");
+    if (most && file.size > most) {
+      set("image_info", `upload '${file.name}' has ${file.size.toLocaleString("en")} bytes; at most ${most.toLocaleString("en")} are taken`);
+      return;
+    }
+    const bytes = new Uint8Array(await file.arrayBuffer());
+    let binary = "";
+    for (let i = 0; i < bytes.length; i += 0x8000) binary += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+    set("picture_upload", { slot, name: file.name, data: btoa(binary), nonce: `${Date.now()}` });
   });
   $(".ev-export-button").addEventListener("click", () => {
     $(".ev-export-info").textContent = "exporting…";
