@@ -221,6 +221,10 @@ class Pipeline:
             device=self.device.type,
         )
         self.streams_label = self.streams_source.label  # the last run's label (a run may add clauses)
+        gemm = getattr(self.streams_source, "engram_gemm", None)  # blocks chained with the Engram layers
+        if gemm is not None:  # ... fix their wkv GEMM: one arithmetic for the pass (run.block_streams)
+            for e in self.engrams.values():
+                e.gemm = gemm
 
     @property
     def streams_mode(self) -> str:

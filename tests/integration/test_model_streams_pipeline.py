@@ -11,6 +11,7 @@ from blocks_kit import our_streams, write
 
 from engram_viz.cli import main
 from engram_viz.errors import StreamsError
+from engram_viz.run.block_streams import ENGRAM_GEMM
 from engram_viz.run.pipeline import Pipeline
 from engram_viz.weights.synthetic import write_synthetic_checkpoint
 
@@ -29,9 +30,11 @@ def run(folder):
 
 
 def test_every_engram_layer_reads_the_models_own_streams(run, folder):
-    """The Trace's gates equal core Engram's on the streams of core.blocks run prompt by prompt."""
+    """The batched Trace's gates and row ids equal those of the same pass run prompt by prompt (no padding);
+    the Engram layers chained with the blocks multiply on the blocks' GEMM operands (float32)."""
     pipe, trace = run
     assert pipe.streams_mode == "model" and trace.meta["streams_mode"] == "model"
+    assert {e.gemm for e in pipe.engrams.values()} == {ENGRAM_GEMM} == {"float32"}
     assert "layers 1, 6: true streams" in trace.streams_label and "SYNTHETIC" in trace.streams_label
     for i in range(len(TEXTS)):
         n = int(trace.lengths[i])
