@@ -27,7 +27,7 @@
 objects with those attributes; ``<image:WxH>`` / ``<image:WxHpx>`` placeholders expand into image
 spans with no image features (``images.build_input``), real pictures (``<image:path>``, or bare
 ``<image>`` filled from a prompt's ``"images"``: paths, PNG/JPEG bytes or Pillow images) into spans the
-``block0`` streams fill with the vision tower's features when the checkpoint has one; the Trace's
+``block0`` and ``model`` streams fill with the vision tower's features when the checkpoint has one; the Trace's
 ``meta["image_spans"]`` says what fills each span. Prompts run in batches of ``batch_size`` (right-padded; the hash
 and the gates of a position depend only on it and earlier positions, so padding changes
 nothing). Row ids, token mask and gates are always captured; ``names`` adds hook names or globs.
