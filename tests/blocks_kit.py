@@ -45,7 +45,8 @@ def engram_config(dim: int) -> EngramConfig:
     return EngramConfig.from_dict(raw, f"blocks-{dim}")
 
 
-def blocks_config(dim: int) -> BlocksConfig:
+def blocks_config(dim: int, **fields) -> BlocksConfig:
+    """The kit's blocks at width ``dim``; ``fields`` change others (e.g. ``compress_ratios``)."""
     base = {
         "dim": dim,
         "rope_head_dim": 16,
@@ -68,11 +69,11 @@ def blocks_config(dim: int) -> BlocksConfig:
         "candidate_source_layer": -1,
         "engram_layer_ids": ENGRAM_LAYERS,
     }
-    return BlocksConfig(**{**base, **WIDTHS[dim]})
+    return BlocksConfig(**{**base, **WIDTHS[dim], **fields})
 
 
-def write(folder: Path, dim: int, seed: int) -> Path:
-    return write_synthetic_checkpoint(folder, engram_config(dim), seed=seed, blocks=blocks_config(dim))
+def write(folder: Path, dim: int, seed: int, **fields) -> Path:
+    return write_synthetic_checkpoint(folder, engram_config(dim), seed=seed, blocks=blocks_config(dim, **fields))
 
 
 def prompt(length: int, seed: int, image_at: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
