@@ -12,7 +12,7 @@
   ``"auto"`` (the model's own streams when the weights are a whole model, else embedding
   streams), ``"model"`` (on a checkpoint folder holding every block before the last Engram layer it runs
   them: ``block_streams.BlockStreams``, true streams for every Engram layer, chained with the Engram
-  layers), ``"embedding"`` (``streams.embedding_streams``: the token embedding
+  layers, whose ``wkv`` then multiplies on the blocks' float32 GEMM operands), ``"embedding"`` (``streams.embedding_streams``: the token embedding
   repeated into hc streams, a proxy for later layers), ``"block0"`` (``streams.Block0Streams``: the
   checkpoint's own embed + block 0, the model's own streams for layer 1; later layers get the same
   streams and their label says they need captured or attached ones), a captured-streams safetensors path
