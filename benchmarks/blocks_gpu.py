@@ -15,7 +15,9 @@
    reading every weight once at the HBM bandwidth.
 
 Exit status 0 when each block, run alone on the device from the CPU's own input, keeps 99% of its outputs within
-one bf16 step of the CPU's (the chained difference after 14 blocks is printed, not judged: rounding differences
+one bf16 step of the CPU's - on an index source (2, 8) at the queries whose top-k sets agree, where the queries
+whose sets differ must differ by ties: every position only one side chose scores within one bf16 step of the
+CPU's k-th best score of that query - (the chained difference after 14 blocks is printed, not judged: rounding differences
 grow through random blocks, and a flipped expert or top-k choice moves whole rows), and the full-width streams
 are finite.
 The dry run compares the CPU with itself (it checks the script and the shapes, not a device).
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -36,6 +39,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # the small-width config the tests use
 
 from blocks_kit import SMALL_V41
 
+import engram_viz.core.compressed_attention as ca
 from engram_viz.core.blocks import block
 from engram_viz.core.blocks_config import V41_FLASH_BLOCKS, BlocksConfig
 from engram_viz.core.compressed_attention import SharedKV
@@ -158,10 +162,27 @@ def _moved(shared: SharedKV, device) -> SharedKV:
     return SharedKV(*(None if t is None else t.to(device) for t in (shared.compress_kv, shared.index_k, shared.chosen)))
 
 
-def agreement(device, tokens: int) -> tuple[tuple[float, float], list[tuple[float, float, float]]]:
+def chosen_differences(dev: torch.Tensor, cpu: torch.Tensor, cpu_scores: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """(queries ``[T]`` whose chosen compressed positions differ between the device and the CPU, the largest
+    distance of a position chosen by one side only from the CPU's k-th best score of its query, in bf16
+    steps of that score: 0 when every difference is a tie broken the other way)."""
+    dev, cpu = dev[0].cpu(), cpu[0]
+    differ = (dev != cpu).any(-1)
+    gap = 0.0
+    for t in differ.nonzero().flatten().tolist():
+        s, mine, theirs = cpu_scores[0, t], set(cpu[t].tolist()) - {-1}, set(dev[t].tolist()) - {-1}
+        kth = s[sorted(mine)].min()
+        swapped = torch.tensor(sorted(mine ^ theirs))
+        gap = max(gap, float((s[swapped] - kth).abs().max() / (kth.abs() * 2**-7).clamp_min(2**-133)))
+    return differ, gap
+
+
+def agreement(device, tokens: int) -> tuple[tuple[float, float], list[dict[str, float]]]:
     """(chained: largest steps and bit-equal share of the streams entering layer 14 after every block ran on
-    its own device; per block: each block run on the device from the CPU's own input (streams, pre mix and
-    shared compressed KV), against the CPU's output: largest steps, share within one step, bit-equal share)."""
+    its own device; per block, each block run on the device from the CPU's own input (streams, pre mix and
+    shared compressed KV) against the CPU's output: largest steps, share within one step and bit-equal, and on
+    an index source the queries whose top-k sets differ, the share within one step at the other positions and
+    the tie gap of :func:`chosen_differences`)."""
     cfg = SMALL_V41
     ls_dev, ls_cpu = layers(cfg, device, cfg.n_blocks), layers(cfg, "cpu", cfg.n_blocks)
     g = torch.Generator().manual_seed(1)
@@ -170,18 +191,40 @@ def agreement(device, tokens: int) -> tuple[tuple[float, float], list[tuple[floa
     sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
     h_dev, _ = prefix(cfg, ls_dev, ids.to(device), embed.to(device), sync)
     h = embed[ids % embed.shape[0]].unsqueeze(2).repeat(1, 1, cfg.hc_mult, 1)
-    pre, shared, per_block = stream0(h), SharedKV(), []
-    with torch.no_grad():
+    pre, shared, per_block, scores = stream0(h), SharedKV(), [], []
+    with torch.no_grad(), scores_captured(scores):
         for n in range(cfg.n_blocks):
             forced = _moved(shared, device)
+            scores.clear()
             out_dev, _ = block(h.to(device), pre.to(device), ls_dev[n], cfg, n, forced)
             h, pre = block(h, pre, ls_cpu[n], cfg, n, shared)
-            st = _steps(out_dev, h)
-            per_block.append(
-                (float(st.max()), float((st <= 1).float().mean()), float((out_dev.cpu() == h).float().mean()))
-            )
+            full = _steps(out_dev, h)
+            st = full.flatten(2).amax(-1)[0]  # [T]: the worst value of each position
+            row = {"max": float(st.max()), "within": float((full <= 1).float().mean())}
+            row["equal"] = float((out_dev.cpu() == h).float().mean())
+            if scores:  # an index source: [device scores, CPU scores]
+                differ, row["gap"] = chosen_differences(forced.chosen, shared.chosen, scores[-1])
+                row["differ"], row["within_agreed"] = int(differ.sum()), float((st[~differ] <= 1).float().mean())
+            per_block.append(row)
     st = _steps(h_dev, h)
     return (float(st.max()), float((h_dev.cpu() == h).float().mean())), per_block
+
+
+@contextmanager
+def scores_captured(into: list):
+    """While open, every indexer call appends its full score matrix ``[B, T, Tc]`` (float32, on the CPU) to ``into``."""
+    choose = ca.choose_positions
+
+    def capturing(x, qr, index_k, w, wq_b, rot, cfg, ratio):
+        q, weights = ca.index_queries(x, qr, w, wq_b, rot, cfg)
+        into.append(ca.index_scores(q, weights, index_k, 0, x.shape[1], ratio)[0].float().cpu())
+        return choose(x, qr, index_k, w, wq_b, rot, cfg, ratio)
+
+    ca.choose_positions = capturing
+    try:
+        yield
+    finally:
+        ca.choose_positions = choose
 
 
 def main() -> int:
@@ -201,16 +244,26 @@ def main() -> int:
     t = time.perf_counter()
     small_tokens = 300 if cuda else 40  # past 2 * index_topk = 32 either way
     (steps, equal), per_block = agreement(device, small_tokens)
-    ok = all(within >= 0.99 for _, within, _ in per_block)  # each block alone: rounding, not a different formula
+    # each block alone: rounding, not a different formula; on an index source, top-k ties broken the other way
+    # (the swapped positions score within one bf16 step of the k-th) may move whole rows, so it is judged at the
+    # positions whose chosen sets agree
+    ok = all(r.get("within_agreed", r["within"]) >= 0.99 and r.get("gap", 0.0) <= 1.0 for r in per_block)
     print(
         f"1. small widths, V4.1 layer structure, 14 blocks x {small_tokens} tokens, {device} vs CPU "
         f"({time.perf_counter() - t:.1f} s)\n   each block alone from the CPU's input (streams, pre mix, shared KV):"
     )
-    for n, (mx, within, same) in enumerate(per_block):
-        print(f"   block {n:2d}: max {mx:9.2f} bf16 steps, {within:.3%} within one step, {same:.2%} bit-equal")
+    for n, r in enumerate(per_block):
+        line = f"   block {n:2d}: max {r['max']:9.2f} bf16 steps, {r['within']:.3%} within one step, {r['equal']:.2%} bit-equal"
+        if "differ" in r:
+            line += (
+                f"; top-k sets differ at {r['differ']} of {small_tokens} queries, swapped positions within "
+                f"{r['gap']:.2f} bf16 steps of the k-th score (0: ties), {r['within_agreed']:.3%} within one step elsewhere"
+            )
+        print(line)
     print(
         f"   chained (each device on its own streams): streams entering layer 14 max {steps:.2f} bf16 steps, "
-        f"{equal:.2%} bit-equal -> {'OK' if ok else 'FAIL'} (criterion: every block alone >= 99% within one step)"
+        f"{equal:.2%} bit-equal -> {'OK' if ok else 'FAIL'} (criterion: every block alone >= 99% within one step, "
+        "on index sources at the queries whose top-k sets agree, the others ties within one bf16 step)"
     )
     cfg = V41_FLASH_BLOCKS
     t = time.perf_counter()

@@ -20,6 +20,8 @@ from engram_viz.core.blocks_config import V41_FLASH_BLOCKS, BlocksConfig
 from engram_viz.core.engram import Engram
 from engram_viz.core.hashing import hash_prompt
 from engram_viz.core.tokenizer import get_tokenizer
+from engram_viz.run.block_streams import ENGRAM_GEMM
+from engram_viz.run.pipeline import Pipeline
 from engram_viz.weights.blocks_reader import open_blocks
 from engram_viz.weights.checkpoint import open_checkpoint
 from engram_viz.weights.synthetic import write_synthetic_checkpoint
@@ -43,7 +45,8 @@ def engram_config(dim: int) -> EngramConfig:
     return EngramConfig.from_dict(raw, f"blocks-{dim}")
 
 
-def blocks_config(dim: int) -> BlocksConfig:
+def blocks_config(dim: int, **fields) -> BlocksConfig:
+    """The kit's blocks at width ``dim``; ``fields`` change others (e.g. ``compress_ratios``)."""
     base = {
         "dim": dim,
         "rope_head_dim": 16,
@@ -66,11 +69,11 @@ def blocks_config(dim: int) -> BlocksConfig:
         "candidate_source_layer": -1,
         "engram_layer_ids": ENGRAM_LAYERS,
     }
-    return BlocksConfig(**{**base, **WIDTHS[dim]})
+    return BlocksConfig(**{**base, **WIDTHS[dim], **fields})
 
 
-def write(folder: Path, dim: int, seed: int) -> Path:
-    return write_synthetic_checkpoint(folder, engram_config(dim), seed=seed, blocks=blocks_config(dim))
+def write(folder: Path, dim: int, seed: int, **fields) -> Path:
+    return write_synthetic_checkpoint(folder, engram_config(dim), seed=seed, blocks=blocks_config(dim, **fields))
 
 
 def prompt(length: int, seed: int, image_at: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -83,22 +86,16 @@ def prompt(length: int, seed: int, image_at: int | None = None) -> tuple[torch.T
 
 
 def our_streams(folder: Path, ids: torch.Tensor, types: torch.Tensor):
-    """engram_viz's streams entering each Engram layer and the gates there (core blocks + core Engram)."""
-    ckpt = open_checkpoint(folder)
-    cfg = ckpt.config
-    engrams = {n: Engram.from_weights(cfg, ckpt.layer(n), mode="fp8", device="cpu") for n in cfg.engram_layer_ids}
-    rows = hash_prompt(cfg, get_tokenizer(cfg).token_map, ids, types < 0)
-    gates: dict[int, torch.Tensor] = {}
-
-    def run(n: int, x: torch.Tensor) -> torch.Tensor:
-        li = cfg.engram_layer_ids.index(n)
-        with engrams[n].hook_gate.add_hook(lambda t, name: gates.__setitem__(n, t.clone())):
-            return engrams[n](x, rows[:, :, li], types < 0)
-
-    streams = model_streams(open_blocks(folder), ids, run, types >= 0)
-    last = max(cfg.engram_layer_ids)
-    run(last, streams[last])
-    return streams, gates, rows
+    """engram_viz's streams entering each Engram layer, the gates there and the row ids ``[1, T, n_layers, 24]``:
+    ``Pipeline(folder, streams="model")`` on the pre-tokenised prompt (core blocks chained with core Engram)."""
+    pipe = Pipeline(folder, streams="model", device="cpu")
+    pipe.streams_source.cache_key = None  # run the blocks every time (no streams cache read or written)
+    layers = pipe.layer_ids
+    names = [f"engram.L{n}.{site}" for n in layers for site in ("streams", "gate", "hash_ids")]
+    _, cache = pipe.run_with_cache({"id": "p", "input_ids": ids[0], "token_types": types[0]}, names)
+    streams = {n: cache[f"engram.L{n}.streams"] for n in layers}
+    gates = {n: cache[f"engram.L{n}.gate"] for n in layers}
+    return streams, gates, torch.stack([cache[f"engram.L{n}.hash_ids"] for n in layers], 2)
 
 
 def reference_engram_streams(folder: Path, ids: torch.Tensor, types: torch.Tensor, ref):
@@ -114,7 +111,7 @@ def reference_engram_streams(folder: Path, ids: torch.Tensor, types: torch.Tenso
     streams = model_streams(open_blocks(folder), ids, run, types >= 0)
     gates = {}
     for li, n in enumerate(cfg.engram_layer_ids):
-        e = Engram.from_weights(cfg, ckpt.layer(n), mode="fp8", device="cpu")
+        e = Engram.from_weights(cfg, ckpt.layer(n), mode="fp8", device="cpu", gemm=ENGRAM_GEMM)
         with e.hook_gate.add_hook(lambda t, name, n=n: gates.__setitem__(n, t.clone())):
             e(streams[n], rows[:, :, li], types < 0)
     return streams, gates, rows

@@ -309,12 +309,14 @@ class Transformer:
 
     @torch.no_grad()
     def streams(
-        self, ids: torch.Tensor, types: torch.Tensor
+        self, ids: torch.Tensor, types: torch.Tensor, embedded: torch.Tensor | None = None
     ) -> tuple[dict[int, torch.Tensor], dict[int, torch.Tensor]]:
-        """(streams entering each Engram layer, that layer's gates [B, T, hc])."""
+        """(streams entering each Engram layer, that layer's gates [B, T, hc]); ``embedded`` ``[B, T, dim]``
+        bf16 replaces ``embed(ids)`` (the embeddings with pictures merged)."""
         a, image = self.a, types >= 0
         hashes = self.hasher(ids, 0, ~image)
-        h = self.t["embed.weight"][ids].unsqueeze(2).repeat(1, 1, a["hc_mult"], 1)
+        h = self.t["embed.weight"][ids] if embedded is None else embedded
+        h = h.unsqueeze(2).repeat(1, 1, a["hc_mult"], 1)
         pre_mix = torch.zeros(*h.shape[:3])
         pre_mix[..., 0] = 1.0
         shared, out, gates = Shared(), {}, {}

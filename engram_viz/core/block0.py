@@ -28,13 +28,12 @@ from typing import Protocol
 import torch
 
 from engram_viz.core.block0_config import Block0Config
-from engram_viz.core.blocks import block
+from engram_viz.core.blocks import block, embedded_streams
 from engram_viz.core.compressed_attention import SharedKV
 from engram_viz.core.hyper import stream0
-from engram_viz.core.image_merge import ImageInput, merge_images
+from engram_viz.core.image_merge import ImageInput
 from engram_viz.core.moe import Linear
 from engram_viz.core.vit import VisionSource
-from engram_viz.errors import InputError
 
 
 class Block0Source(Protocol):
@@ -75,11 +74,6 @@ def block0_streams(
 ) -> torch.Tensor:
     """Raw ids ``[B, T]`` (a prefill from position 0) -> the streams entering Engram layer 1, bf16 ``[B, T, hc, dim]``.
     ``images``: each row's real pictures, merged into the embeddings by ``vision`` (``core.image_merge``)."""
-    h = src.embed(raw_ids).to(torch.bfloat16)
-    if any(images):
-        if vision is None:
-            raise InputError("pictures were given without a vision tower (vision=None) to encode them")
-        merge_images(h, images, vision)
-    h = h.unsqueeze(2).repeat(1, 1, src.config.hc_mult, 1)
+    h = embedded_streams(src.embed, raw_ids, src.config.hc_mult, images, vision)
     with torch.no_grad():
         return block0(h, src, image)

@@ -2,7 +2,7 @@
 
 The reference ``Transformer.forward`` (a prefill from position 0)::
 
-    h       = embed(input_ids) -> repeat into hc streams                      bf16 [B, T, hc, dim]
+    h       = embed(input_ids), pictures merged -> repeat into hc streams     bf16 [B, T, hc, dim]
     pre_mix = one-hot on stream 0                                             [B, T, hc]
     for n in 0 .. max(engram_layer_ids) - 1:
         if n is an Engram layer: h = engram_n(h)          (the streams entering it are what we want)
@@ -16,7 +16,9 @@ The reference ``Transformer.forward`` (a prefill from position 0)::
 ``attn_n`` is the window attention (``compress_ratios[n] == 0``) or the compressed one
 (``core.compressed_attention``), whose compressed KV and chosen positions pass from source layers to
 later ones in one ``SharedKV``. The last Engram layer's streams are ``h`` after block
-``max(engram_layer_ids) - 1``. Image positions carry the image token's embedding (no vision encoder).
+``max(engram_layer_ids) - 1``. Pictures: given ``images`` and a vision tower, their features are merged into
+the embeddings before the hc repeat (:func:`embedded_streams`, block 0's path too), where the reference
+merges them; spans without a picture keep the image token's embedding.
 
 ``src`` is a :class:`BlocksSource`: ``layer(n)`` gives block n's tensors (``tensor``, ``linear``,
 ``expert`` as ``core.block0.Block0Source``, names relative to ``layers.{n}.``); a checkpoint reader
@@ -25,7 +27,7 @@ reads them when asked and the pass drops them after the block (``weights.blocks_
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import torch
@@ -33,7 +35,9 @@ import torch
 from engram_viz.core.blocks_config import BlocksConfig
 from engram_viz.core.compressed_attention import SharedKV, compressed_attention
 from engram_viz.core.hyper import collapse, expand, hc_mixes, rms_norm, stream0
+from engram_viz.core.image_merge import ImageInput, merge_images
 from engram_viz.core.moe import Linear, moe
+from engram_viz.core.vit import VisionSource
 from engram_viz.core.window_attention import window_attention
 from engram_viz.errors import InputError
 
@@ -111,9 +115,27 @@ def block(
     return expand(moe(f_in, gate, (w1, w2, w3), src.expert, cfg, image), x, f_post, f_comb), f_pre
 
 
+def embedded_streams(
+    embed: Callable[[torch.Tensor], torch.Tensor],
+    raw_ids: torch.Tensor,
+    hc_mult: int,
+    images: Sequence[Sequence[ImageInput]] = (),
+    vision: VisionSource | None = None,
+) -> torch.Tensor:
+    """The input of block 0, bf16 ``[B, T, hc, dim]``: ``embed(raw_ids)`` with each row's pictures merged by
+    ``vision`` (``core.image_merge``), where the reference merges them, then repeated into hc streams."""
+    h = embed(raw_ids).to(torch.bfloat16)
+    if any(images):
+        if vision is None:
+            raise InputError("pictures were given without a vision tower (vision=None) to encode them")
+        merge_images(h, images, vision)
+    return h.unsqueeze(2).repeat(1, 1, hc_mult, 1)
+
+
 class BlockPass:
     """One prefill through the blocks, advanced layer by layer: :meth:`streams_entering` runs the blocks
-    before an Engram layer, :meth:`engram_output` hands back that layer's output to continue from."""
+    before an Engram layer, :meth:`engram_output` hands back that layer's output to continue from.
+    ``images`` / ``vision``: each row's pictures and the tower that encodes them (:func:`embedded_streams`)."""
 
     def __init__(
         self,
@@ -121,11 +143,12 @@ class BlockPass:
         raw_ids: torch.Tensor,
         image: torch.Tensor | None = None,
         on_block: BlockHook | None = None,
+        images: Sequence[Sequence[ImageInput]] = (),
+        vision: VisionSource | None = None,
     ):
         self.src, self.on_block = src, on_block
-        h = src.embed(raw_ids).to(torch.bfloat16)  # on the blocks' device
-        self.h = h.unsqueeze(2).repeat(1, 1, src.config.hc_mult, 1)
-        self.image = None if image is None else image.to(h.device)
+        self.h = embedded_streams(src.embed, raw_ids, src.config.hc_mult, images, vision)  # on the blocks' device
+        self.image = None if image is None else image.to(self.h.device)
         self.pre_mix = stream0(self.h)
         self.shared = SharedKV()
         self.next = 0  # the next block to run

@@ -57,6 +57,12 @@ class BlocksConfig(Block0Config):
         n = self.n_blocks
         if len(self.compress_ratios) < n:
             raise ConfigError(f"compress_ratios has {len(self.compress_ratios)} entries; blocks 0..{n - 1} need {n}")
+        for layer, ratio in enumerate(self.compress_ratios):
+            if ratio < 0:
+                raise ConfigError(
+                    f"compress_ratios[{layer}] = {ratio}: expected 0 (window only) or a positive ratio r "
+                    "(r tokens pooled into one compressed latent)"
+                )
         if 0 <= self.candidate_source_layer < n:
             raise ConfigError(
                 f"candidate_source_layer={self.candidate_source_layer} falls inside blocks 0..{n - 1}; "

@@ -63,6 +63,25 @@ def index_keys(latent: torch.Tensor, w: dict[str, torch.Tensor], rot_c: torch.Te
     return fp4_act_round_trip(rope(k, rot_c))
 
 
+def index_queries(
+    x: torch.Tensor, qr: torch.Tensor, w: dict[str, torch.Tensor], wq_b: Linear, rot: torch.Tensor, cfg
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The indexer's fp4 queries ``[B, T, nh, ihd]`` bf16 and head weights ``[B, T, nh]`` bf16."""
+    nh, ihd = cfg.index_n_heads, cfg.index_head_dim
+    q = fp4_act_round_trip(rope(wq_b(qr).unflatten(-1, (nh, ihd)), rot))
+    return q, F.linear(x, w["weights_proj"]) * (ihd**-0.5 * nh**-0.5)
+
+
+def index_scores(
+    q: torch.Tensor, weights: torch.Tensor, index_k: torch.Tensor, a: int, z: int, ratio: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(scores ``[B, z - a, Tc]`` bf16 of queries a..z-1, -inf where not yet visible; visible counts ``[z - a, 1]``)."""
+    score = torch.einsum("bshd,btd->bsht", q[:, a:z], index_k)  # bf16, as the reference
+    score = (score.relu_() * weights[:, a:z].unsqueeze(-1)).sum(dim=2)
+    visible = (torch.arange(a + 1, z + 1, device=q.device) // ratio).unsqueeze(-1)  # [q, 1]
+    return score.masked_fill(torch.arange(index_k.shape[1], device=q.device) >= visible, -torch.inf), visible
+
+
 def choose_positions(
     x: torch.Tensor,
     qr: torch.Tensor,
@@ -76,18 +95,12 @@ def choose_positions(
     """The indexer: ``[B, T, min(index_topk, Tc)]`` int64 compressed positions in ascending order per query,
     -1 where fewer than that are visible (position j is visible to query s once ``j < (s + 1) // r``)."""
     b, t, _ = x.shape
-    nh, ihd, tc = cfg.index_n_heads, cfg.index_head_dim, index_k.shape[1]
-    q = fp4_act_round_trip(rope(wq_b(qr).unflatten(-1, (nh, ihd)), rot))
-    weights = F.linear(x, w["weights_proj"]) * (ihd**-0.5 * nh**-0.5)  # bf16 [B, T, nh]
-    k = min(cfg.index_topk, tc)
+    q, weights = index_queries(x, qr, w, wq_b, rot, cfg)
+    k = min(cfg.index_topk, index_k.shape[1])
     out = torch.empty(b, t, k, dtype=torch.int64, device=x.device)
-    positions = torch.arange(tc, device=x.device)
     for a in range(0, t, INDEX_CHUNK):
         z = min(a + INDEX_CHUNK, t)
-        score = torch.einsum("bshd,btd->bsht", q[:, a:z], index_k)  # bf16, as the reference
-        score = (score.relu_() * weights[:, a:z].unsqueeze(-1)).sum(dim=2)
-        visible = (torch.arange(a + 1, z + 1, device=x.device) // ratio).unsqueeze(-1)  # [q, 1]
-        score = score.masked_fill(positions >= visible, -torch.inf)
+        score, visible = index_scores(q, weights, index_k, a, z, ratio)
         top = score.topk(k, dim=-1, sorted=False).indices.sort(dim=-1).values
         out[:, a:z] = torch.where(top < visible, top, -1)
     return out

@@ -12,7 +12,7 @@
   ``"auto"`` (the model's own streams when the weights are a whole model, else embedding
   streams), ``"model"`` (on a checkpoint folder holding every block before the last Engram layer it runs
   them: ``block_streams.BlockStreams``, true streams for every Engram layer, chained with the Engram
-  layers), ``"embedding"`` (``streams.embedding_streams``: the token embedding
+  layers, whose ``wkv`` then multiplies on the blocks' float32 GEMM operands), ``"embedding"`` (``streams.embedding_streams``: the token embedding
   repeated into hc streams, a proxy for later layers), ``"block0"`` (``streams.Block0Streams``: the
   checkpoint's own embed + block 0, the model's own streams for layer 1; later layers get the same
   streams and their label says they need captured or attached ones), a captured-streams safetensors path
@@ -27,7 +27,7 @@
 objects with those attributes; ``<image:WxH>`` / ``<image:WxHpx>`` placeholders expand into image
 spans with no image features (``images.build_input``), real pictures (``<image:path>``, or bare
 ``<image>`` filled from a prompt's ``"images"``: paths, PNG/JPEG bytes or Pillow images) into spans the
-``block0`` streams fill with the vision tower's features when the checkpoint has one; the Trace's
+``block0`` and ``model`` streams fill with the vision tower's features when the checkpoint has one; the Trace's
 ``meta["image_spans"]`` says what fills each span. Prompts run in batches of ``batch_size`` (right-padded; the hash
 and the gates of a position depend only on it and earlier positions, so padding changes
 nothing). Row ids, token mask and gates are always captured; ``names`` adds hook names or globs.
@@ -221,6 +221,10 @@ class Pipeline:
             device=self.device.type,
         )
         self.streams_label = self.streams_source.label  # the last run's label (a run may add clauses)
+        gemm = getattr(self.streams_source, "engram_gemm", None)  # blocks chained with the Engram layers
+        if gemm is not None:  # ... fix their wkv GEMM: one arithmetic for the pass (run.block_streams)
+            for e in self.engrams.values():
+                e.gemm = gemm
 
     @property
     def streams_mode(self) -> str:

@@ -171,6 +171,26 @@ def picture_positions(token_types: torch.Tensor, images: BatchImages) -> torch.T
     return covered
 
 
+def folder_vision(folder: Any) -> VisionSource | None:
+    """The vision tower of a checkpoint folder, None when it has none."""
+    return open_vision(folder) if has_vision(folder) else None
+
+
+def check_vision(vision: VisionSource | None, config: EngramConfig) -> VisionSource | None:
+    """``vision`` itself, refused when its aligner's width is not the config's ``dim``."""
+    if vision is not None and vision.config.dim != config.dim:
+        raise CheckpointError(
+            f"the aligner of {vision.label} projects to width {vision.config.dim}; config {config.name!r} "
+            f"has dim {config.dim}"
+        )
+    return vision
+
+
+def vision_features(vision: VisionSource | None) -> str | None:
+    """What a stream label names as the source of merged picture features (None: no tower, none merged)."""
+    return None if vision is None else f"the vision tower and aligner of {vision.label}"
+
+
 def image_clause(token_types: torch.Tensor, images: BatchImages, features: str | None) -> str:
     """What a stream label says about image spans: pictures whose features ``features`` names (None:
     these streams merged none), and ``<image:WxH>`` placeholders, which never carry image features."""
@@ -374,17 +394,12 @@ class Block0Streams(StreamSource):
                 f"block 0 of {weights.label} has (vocab_size, dim, hc_mult) = {mine}; config {config.name!r} "
                 f"expects {(config.vocab_size, config.dim, config.hc_mult)}"
             )
-        if vision is not None and vision.config.dim != config.dim:
-            raise CheckpointError(
-                f"the aligner of {vision.label} projects to width {vision.config.dim}; config {config.name!r} "
-                f"has dim {config.dim}"
-            )
         first, *later = config.engram_layer_ids
         if first != 1:
             raise CheckpointError(
                 f"block-0 streams enter layer 1; config {config.name!r} has its first Engram layer at {first}"
             )
-        self.weights, self.config, self.vision = weights, config, vision
+        self.weights, self.config, self.vision = weights, config, check_vision(vision, config)
         self.label = (
             f"block-0 streams: embed + block 0 of {weights.label}, computed here - layer 1: the model's own "
             f"streams (layer-1 gates within {BLOCK0_GATE_TOL:g} of an exact float64 block 0)"
@@ -408,7 +423,7 @@ class Block0Streams(StreamSource):
                 f"streams='block0' reads block 0 from a checkpoint folder; {getattr(checkpoint, 'label', checkpoint)!r} "
                 "has none (in-memory weights)"
             )
-        return cls(open_block0(folder), config, open_vision(folder) if has_vision(folder) else None)
+        return cls(open_block0(folder), config, folder_vision(folder))
 
     def __call__(
         self, raw_ids: torch.Tensor, token_types: torch.Tensor, layer: int, images: BatchImages = ()
@@ -422,6 +437,5 @@ class Block0Streams(StreamSource):
         if last is None or not (torch.equal(last[0], ids) and torch.equal(last[1], types) and last[2] is merged):
             x = block0_streams(self.weights, ids, types >= 0, merged, self.vision)
             self._last = last = (ids, types, merged, x)
-        features = f"the vision tower and aligner of {self.vision.label}" if self.vision is not None else None
-        self.label = self._label + image_clause(types, images, features)
+        self.label = self._label + image_clause(types, images, vision_features(self.vision))
         return Streams(last[3], self.label, "block0", layer, ids, types)

@@ -4,15 +4,24 @@ refusal of weights that lack a block (synthetic checkpoint of tests/blocks_kit.p
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
-from blocks_kit import our_streams, write
+from blocks_kit import blocks_config, engram_config, our_streams, write
+from PIL import Image
+from reference_blocks import Transformer
+from vision_kit import SMALL_VISION, gradient
 
 from engram_viz.cli import main
+from engram_viz.core.image_merge import merge_images
+from engram_viz.core.tokenizer import get_tokenizer
 from engram_viz.errors import StreamsError
+from engram_viz.run.block_streams import ENGRAM_GEMM
 from engram_viz.run.pipeline import Pipeline
+from engram_viz.weights.blocks_reader import open_blocks
 from engram_viz.weights.synthetic import write_synthetic_checkpoint
+from engram_viz.weights.vision_reader import open_vision
 
 TEXTS = ["Alexander the Great was a king of Macedon.", "The Great Wall of China <image:28x28px> is long and old."]
 
@@ -29,9 +38,11 @@ def run(folder):
 
 
 def test_every_engram_layer_reads_the_models_own_streams(run, folder):
-    """The Trace's gates equal core Engram's on the streams of core.blocks run prompt by prompt."""
+    """The batched Trace's gates and row ids equal those of the same pass run prompt by prompt (no padding);
+    the Engram layers chained with the blocks multiply on the blocks' GEMM operands (float32)."""
     pipe, trace = run
     assert pipe.streams_mode == "model" and trace.meta["streams_mode"] == "model"
+    assert {e.gemm for e in pipe.engrams.values()} == {ENGRAM_GEMM} == {"float32"}
     assert "layers 1, 6: true streams" in trace.streams_label and "SYNTHETIC" in trace.streams_label
     for i in range(len(TEXTS)):
         n = int(trace.lengths[i])
@@ -76,3 +87,31 @@ def test_report_with_model_streams(folder, tmp_path, capsys):
     prov = json.loads((out / "manifest.json").read_text())["provenance"]
     assert prov["streams_mode"] == "model" and "layers 1, 6: true streams" in prov["streams"]
     assert "layers 1, 6: true streams" in (out / "report.html").read_text(encoding="utf-8")
+
+
+def test_pictures_are_merged_before_block_0_where_block0s_path_merges_them(tmp_path):
+    """A real picture: the layer-1 streams equal streams="block0"'s bit for bit, the layer-6 streams equal the
+    reference-structured model's from the same merged embeddings, the label names the tower, and the text
+    after the placeholder twin reads other streams at layer 6."""
+    cfg = replace(engram_config(64), name="blocks-64-pictures", vision_min_pixels=0)  # 84 x 56: a 2 x 2 grid
+    folder = write_synthetic_checkpoint(tmp_path / "c", cfg, seed=0, blocks=blocks_config(64), vision=SMALL_VISION)
+    Image.fromarray(gradient(84, 56)).save(tmp_path / "wall.png")
+    real = {"id": "real", "text": f"Look at this: <image:{tmp_path / 'wall.png'}> It shows a wall on the hills."}
+    twin = {"id": "twin", "text": "Look at this: <image:84x56px> It shows a wall on the hills."}
+    names = ["engram.L1.streams", "engram.L6.streams"]
+    pipe = Pipeline(folder, streams="model", device="cpu")
+    _, got = pipe.run_with_cache(real, names)
+    assert "picture spans carry image features (the vision tower and aligner of SYNTHETIC" in pipe.streams_source.label
+    _, block0 = Pipeline(folder, streams="block0", device="cpu").run_with_cache(real, names[:1])
+    assert torch.equal(got["engram.L1.streams"], block0["engram.L1.streams"])
+
+    (p,) = pipe.build(real)
+    ids, types = torch.from_numpy(p.input_ids)[None], torch.from_numpy(p.token_types)[None]
+    merged = merge_images(open_blocks(folder).embed(ids).to(torch.bfloat16), [p.pictures()], open_vision(folder))
+    want, _ = Transformer(folder, cfg, get_tokenizer(cfg).token_map).streams(ids, types, merged)
+    assert torch.equal(got["engram.L6.streams"], want[6])
+
+    _, placeholder = pipe.run_with_cache(twin, names)
+    after = int((types[0] >= 0).nonzero().max()) + 1
+    assert not torch.equal(placeholder["engram.L6.streams"][:, after:], got["engram.L6.streams"][:, after:])
+    assert "picture spans" not in pipe.streams_source.label and "no image features" in pipe.streams_source.label

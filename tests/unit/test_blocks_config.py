@@ -44,6 +44,10 @@ def test_only_source_layers_carry_a_compressor_and_an_indexer():
         ({"kv_source_layers": (8,)}, "no kv_source_layer at or before it"),
         ({"index_source_layers": (8, 14)}, "no index_source_layer at or before it"),
         ({"compress_ratios": (0, 0, 2)}, "blocks 0..13 need 14"),
+        (
+            {"compress_ratios": (0, 0, -2, *V41_FLASH_BLOCKS.compress_ratios[3:])},
+            r"compress_ratios\[2\] = -2: expected 0",
+        ),
     ],
 )
 def test_configs_the_port_cannot_run_are_refused(change, message):
