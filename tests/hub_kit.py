@@ -2,11 +2,14 @@
 ``huggingface_hub.hf_hub_download`` speaks, over checkpoint folders on disk.
 
 ``HEAD`` / ``GET /{owner}/{name}/resolve/{revision}/{path}`` with the Hub's headers (``X-Repo-Commit``,
-``ETag``, ``Content-Length``, byte ranges with ``206``), and its errors as the Hub sends them
-(``X-Error-Code``: ``RepoNotFound`` 404, ``GatedRepo`` 401 without a token, ``RevisionNotFound``,
-``EntryNotFound``). A repository may drop the connection mid-file: ``drop="always"`` (every
-transfer of that file breaks off) or ``drop="once"`` (the first one). Every request is logged.
-Point ``HF_ENDPOINT`` at :attr:`HubServer.url`.
+``ETag``: the file's sha256, ``Content-Length``, byte ranges ``bytes=a-b`` answered ``206`` with
+``Content-Range``), and its errors as the Hub sends them (``X-Error-Code``: ``RepoNotFound`` 404,
+``GatedRepo`` 401 without a token, ``RevisionNotFound``, ``EntryNotFound``). A repository may drop
+the connection mid-transfer: ``drop="always"`` (every transfer of that file sends half its bytes,
+then breaks off) or ``drop="once"`` (the first one). Every request is logged (method, file, status,
+range, bytes sent): :meth:`HubServer.ranges` lists the range requests. Files are read per request,
+so a test may change one under the same commit (its ETag follows). Point ``HF_ENDPOINT`` at
+:attr:`HubServer.url`.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ class Request:
     file: str
     status: int
     sent: int  # body bytes written
+    span: tuple[int, int] | None = None  # the byte range asked for, [start, end)
 
 
 class HubServer:
@@ -47,7 +51,7 @@ class HubServer:
     def __init__(self, repos: dict[str, Repo]):
         self.repos = repos
         self.log: list[Request] = []
-        self._etags: dict[Path, str] = {}
+        self._etags: dict[tuple[Path, int, int], str] = {}
         self._dropped: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -68,11 +72,22 @@ class HubServer:
     def bytes_sent(self, repo: str) -> int:
         return sum(r.sent for r in self.log if r.repo == repo)
 
+    def ranges(self, repo: str, file: str | None = None) -> list[Request]:
+        """The GET requests with a byte range (answered or broken off), of ``file`` or of every file."""
+        return [r for r in self.log if r.repo == repo and r.method == "GET" and r.span and file in (None, r.file)]
+
     def etag(self, path: Path) -> str:
+        """The file's sha256, computed again when its size or modification time changes."""
+        st = path.stat()
+        key = (path, st.st_size, st.st_mtime_ns)
         with self._lock:
-            if path not in self._etags:
-                self._etags[path] = hashlib.sha256(path.read_bytes()).hexdigest()
-            return self._etags[path]
+            if key not in self._etags:
+                h = hashlib.sha256()
+                with open(path, "rb") as fh:
+                    for block in iter(lambda: fh.read(1 << 20), b""):
+                        h.update(block)
+                self._etags[key] = h.hexdigest()
+            return self._etags[key]
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         hub = self
@@ -119,7 +134,7 @@ class HubServer:
                 ranged = _RANGE.match(self.headers.get("Range", ""))
                 if ranged:
                     start = int(ranged[1])
-                    end = int(ranged[2]) if ranged[2] else size - 1
+                    end = min(int(ranged[2]), size - 1) if ranged[2] else size - 1
                 self.send_response(206 if ranged else 200)
                 self.send_header("X-Repo-Commit", repo.commit)
                 self.send_header("ETag", f'"{hub.etag(path)}"')
@@ -130,18 +145,23 @@ class HubServer:
                 self.end_headers()
                 if not body:
                     return hub.log.append(Request("HEAD", name, file, 200, 0))
-                data = path.read_bytes()[start : end + 1]
+                with open(path, "rb") as fh:
+                    fh.seek(start)
+                    data = fh.read(end + 1 - start)
+                span = (start, end + 1) if ranged else None
                 mode = repo.drop.get(file)
-                if mode == "always" or (mode == "once" and (name, file) not in hub._dropped):
+                with hub._lock:
+                    drop = mode == "always" or (mode == "once" and (name, file) not in hub._dropped)
                     hub._dropped.add((name, file))
-                    data = data[: len(data) // 2] if not ranged else b""  # a resume gets nothing new
+                if drop:
+                    data = data[: len(data) // 2]
                     self.wfile.write(data)
                     self.wfile.flush()
                     self.close_connection = True
-                    hub.log.append(Request("GET", name, file, -1, len(data)))  # -1: broken off
+                    hub.log.append(Request("GET", name, file, -1, len(data), span))  # -1: broken off
                     return None
                 self.wfile.write(data)
-                hub.log.append(Request("GET", name, file, 206 if ranged else 200, len(data)))
+                hub.log.append(Request("GET", name, file, 206 if ranged else 200, len(data), span))
                 return None
 
         return Handler

@@ -13,8 +13,8 @@ from engram_viz.core.tokenizer import EngramTokenizer
 from engram_viz.errors import CheckpointError, EngramVizError
 from engram_viz.weights.gguf_file import is_gguf_path
 from engram_viz.weights.gguf_inspect import inspect_gguf
-from engram_viz.weights.nonfinite import read_checked
 from engram_viz.weights.nonfinite_scan import verify_tensors
+from engram_viz.weights.remote_rows import read_small
 from engram_viz.weights.safetensors import TensorInfo
 from engram_viz.weights.scan import CheckpointScan, scan_checkpoint
 from engram_viz.weights.schema_check import resolve_config, validated_parts
@@ -25,7 +25,7 @@ def _check_small_tensors(parts: dict[str, list[TensorInfo]]) -> None:
     checking them finite; tables and the embedding stay unread (``--verify`` scans them)."""
     for name, tensor_parts in parts.items():
         if not is_table_name(name) and name != EMBED_NAME:
-            read_checked(tensor_parts[0])
+            read_small(tensor_parts[0])  # by rows from the Hub when its shard stayed there
 
 
 def _check_tokenizer(scan: CheckpointScan, cfg: EngramConfig) -> dict | None:

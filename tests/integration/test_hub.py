@@ -1,6 +1,7 @@
 """Checkpoints from the Hub (``hf://owner/repo``) against a real HTTP server on 127.0.0.1 that speaks
 the Hub's download API (``hub_kit.HubServer``) over a synthetic checkpoint folder: only the planned
-shards are fetched, the Hub cache is honoured, offline uses the cache alone, the results equal the
+files are fetched (the Engram shards never whole: their rows by byte ranges, ``test_remote_rows.py``),
+the Hub cache and the row cache are honoured, offline uses the caches alone, the results equal the
 same folder opened from disk, and a missing, gated or broken repository is one clear line."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from block0_kit import SMALL
 from hub_kit import COMMIT, HubServer, Repo
 
 from engram_viz.cli import main
+from engram_viz.core.schema import EMBED_NAME, is_engram_path_name
 from engram_viz.errors import HubError
 from engram_viz.run.pipeline import Pipeline
 from engram_viz.weights.checkpoint import open_checkpoint
@@ -45,13 +47,16 @@ def hub(folder, tmp_path, monkeypatch):
         monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub-cache"))
         monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))  # no stored token
         monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        monkeypatch.setenv("ENGRAM_VIZ_CACHE", str(tmp_path / "cache"))  # a row cache of this test's own
         for var in ("HF_TOKEN", "HF_HUB_OFFLINE", "ENGRAM_VIZ_OFFLINE", "ENGRAM_VIZ_CHECKPOINT"):
             monkeypatch.delenv(var, raising=False)
         yield server
 
 
 def _engram_shards(folder) -> list[str]:
-    return shards_needed(read_json(folder / INDEX_FILE, "index file")["weight_map"])
+    """The shards holding the Engram-path tensors (read by rows, never downloaded whole)."""
+    weight_map = read_json(folder / INDEX_FILE, "index file")["weight_map"]
+    return sorted({shard for name, shard in weight_map.items() if is_engram_path_name(name)})
 
 
 def _all_shards(folder) -> set[str]:
@@ -73,13 +78,13 @@ def test_hub_refs_parse_and_bad_ones_are_refused():
             parse_hub_ref(bad)
 
 
-def test_open_checkpoint_fetches_only_the_engram_shards_and_equals_the_folder(hub, folder):
+def test_open_checkpoint_downloads_no_shard_and_equals_the_folder(hub, folder):
     ckpt = open_checkpoint("hf://test/ckpt")
     engram = _engram_shards(folder)
-    block0_only = _all_shards(folder) - set(engram)
-    assert block0_only, "the fixture must hold a shard the Engram layers do not read"
-    fetched = hub.downloads("test/ckpt")
-    assert sorted(fetched) == sorted([INDEX_FILE, "config.json", "tokenizer.json", "SYNTHETIC.json", *engram])
+    assert _all_shards(folder) - set(engram), "the fixture must hold a shard the Engram layers do not read"
+    fetched = [r.file for r in hub.log if r.repo == "test/ckpt" and r.method == "GET" and r.span is None]
+    assert sorted(fetched) == sorted([INDEX_FILE, "config.json", "tokenizer.json", "SYNTHETIC.json"])
+    assert {r.file for r in hub.ranges("test/ckpt")} == set(engram)  # headers and the small tensors, by ranges
     assert ckpt.label.startswith(
         f"SYNTHETIC tiny checkpoint (seed 3; random weights, not trained) at hf://test/ckpt@{COMMIT[:12]}"
     )
@@ -92,9 +97,10 @@ def test_open_checkpoint_fetches_only_the_engram_shards_and_equals_the_folder(hu
         assert torch.equal(mine.q_weight, theirs.q_weight) and torch.equal(mine.k_weight, theirs.k_weight)
         assert _same_rows(mine.table, theirs.table, ids)
 
-    # the Hub cache is honoured: a second open sends no file again, only metadata requests
+    # the Hub cache and the row cache are honoured: a second open sends no file and no byte again
+    sent = hub.downloads("test/ckpt")
     open_checkpoint("hf://test/ckpt")
-    assert hub.downloads("test/ckpt") == fetched
+    assert hub.downloads("test/ckpt") == sent
 
 
 def test_config_and_inspect_read_what_they_need(hub, folder, capsys):
@@ -106,7 +112,10 @@ def test_config_and_inspect_read_what_they_need(hub, folder, capsys):
 
 def test_block0_streams_fetch_block0_too_and_gates_equal_the_folder(hub, folder):
     from_hub = Pipeline("hf://test/ckpt", streams="block0").run(PROMPTS).to_frame("gates")
-    assert set(hub.downloads("test/ckpt")) >= _all_shards(folder)
+    weight_map = read_json(folder / INDEX_FILE, "index file")["weight_map"]
+    whole = {r.file for r in hub.log if r.repo == "test/ckpt" and r.method == "GET" and r.span is None}
+    block0 = {shard for name, shard in weight_map.items() if name.startswith("layers.0.") or name == EMBED_NAME}
+    assert whole & _all_shards(folder) == block0 == set(shards_needed(weight_map, [0]))
     from_disk = Pipeline(folder, streams="block0").run(PROMPTS).to_frame("gates")
     assert from_hub["gate"].tolist() == from_disk["gate"].tolist()
 
@@ -131,7 +140,7 @@ def test_offline_uses_the_cache_alone(hub, folder, monkeypatch):
     [
         ("test/missing", "hf://test/missing: no such repository on the Hub (or a private one: set HF_TOKEN"),
         ("test/gated", "hf://test/gated is a gated repository: accept its conditions on the Hub"),
-        ("test/broken", "hf://test/broken: the download of model-00003-of-00003.safetensors broke off"),
+        ("test/broken", f"hf://test/broken@{COMMIT[:12]}/model-00003-of-00003.safetensors: bytes 0-7 could not be"),
         ("test/ckpt@v9", "hf://test/ckpt@v9: no revision 'v9' in this repository"),
     ],
 )

@@ -1,0 +1,135 @@
+"""A file of a Hub repository read by HTTP byte ranges, pinned to one commit and one ETag.
+
+:class:`HubFile` names the file at a commit (``resolve/<commit>/<file>``, so a branch that moves
+meanwhile changes nothing) with the ETag and size its ``HEAD`` gave (:func:`hub_file`). :func:`read_ranges`
+asks for many ``[start, end)`` spans at once, ``RANGE_WORKERS`` requests in flight, through
+``huggingface_hub``'s HTTP session and headers (``HF_ENDPOINT``, the token), following the Hub's
+redirect to its storage. Every answer is checked: ``206`` with the bytes asked for, and the ETag
+(the Hub's ``X-Linked-Etag``: the file's sha256) and commit of the pinned file, so a file whose
+bytes changed under the same revision is refused rather than mixed with rows read before.
+
+Transient failures (the connection dropped or refused, a body cut short, a timeout, HTTP 429 or
+5xx) are retried ``TRIES`` times with exponential backoff from ``BACKOFF_S``; then, as for every
+other failure, one :class:`~engram_viz.errors.HubError` line. Nothing is written here.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from engram_viz.errors import HubError
+from engram_viz.weights.hub import HUB_PREFIX, hub_errors
+
+RANGE_WORKERS = 8  # range requests in flight: each waits a round trip, not the CPU
+TRIES = 4  # attempts per range before a transient failure is final
+BACKOFF_S = 0.25  # sleep before the second attempt, doubled before each later one
+TIMEOUT_S = 30.0
+_ETAG_HEADERS = ("X-Linked-Etag", "ETag")  # the Hub's header for the stored file first, as huggingface_hub does
+
+
+@dataclass(frozen=True)
+class HubFile:
+    """``filename`` of ``repo_id`` at ``commit``, whose ETag was ``etag`` and size ``size`` bytes."""
+
+    repo_id: str
+    filename: str
+    commit: str
+    etag: str
+    size: int
+
+    @property
+    def label(self) -> str:
+        return f"{HUB_PREFIX}{self.repo_id}@{self.commit[:12]}/{self.filename}"
+
+    def url(self) -> str:
+        from huggingface_hub import hf_hub_url  # optional at import: only Hub checkpoints need it
+
+        return hf_hub_url(self.repo_id, self.filename, revision=self.commit, endpoint=_endpoint())
+
+
+class _Transient(Exception):
+    """A failure worth another try (a dropped connection, a 5xx): its text is the reason."""
+
+
+def _endpoint() -> str | None:
+    return os.environ.get("HF_ENDPOINT") or None
+
+
+def hub_file(repo_id: str, filename: str, commit: str) -> HubFile:
+    """``filename`` of ``repo_id`` at ``commit``, with the ETag and size a ``HEAD`` request gives."""
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+
+    ref = f"{HUB_PREFIX}{repo_id}@{commit[:12]}"
+    with hub_errors(ref, filename, offline=False):
+        url = hf_hub_url(repo_id, filename, revision=commit, endpoint=_endpoint())
+        meta = get_hf_file_metadata(url, endpoint=_endpoint(), retry_on_errors=True)
+    if not meta.etag or meta.size is None:
+        raise HubError(f"{ref}: the Hub gave no ETag or size for {filename}; expected both to pin its bytes")
+    return HubFile(repo_id, filename, commit, meta.etag, int(meta.size))
+
+
+def read_ranges(file: HubFile, spans: list[tuple[int, int]]) -> list[bytes]:
+    """The bytes of each ``[start, end)`` span of ``file``, in order, read concurrently."""
+    if not spans:
+        return []
+    with ThreadPoolExecutor(max_workers=min(RANGE_WORKERS, len(spans)), thread_name_prefix="engram-viz-range") as pool:
+        return list(pool.map(lambda span: _read_with_retries(file, *span), spans))
+
+
+def _read_with_retries(file: HubFile, start: int, end: int) -> bytes:
+    why = ""
+    for attempt in range(TRIES):
+        if attempt:
+            time.sleep(BACKOFF_S * 2 ** (attempt - 1))
+        try:
+            return _read_once(file, start, end)
+        except _Transient as err:
+            why = str(err)
+    raise HubError(
+        f"{file.label}: bytes {start}-{end - 1} could not be read after {TRIES} tries ({why}); "
+        "no row of them was kept: run again to retry"
+    )
+
+
+def _read_once(file: HubFile, start: int, end: int) -> bytes:
+    """One range request, checked (see the module docstring); ``_Transient`` when worth retrying."""
+    from huggingface_hub import get_session
+    from huggingface_hub.utils import build_hf_headers, hf_raise_for_status
+
+    headers = build_hf_headers(headers={"Range": f"bytes={start}-{end - 1}", "Accept-Encoding": "identity"})
+    with hub_errors(f"{HUB_PREFIX}{file.repo_id}@{file.commit[:12]}", file.filename, offline=False):
+        try:
+            response = get_session().get(file.url(), headers=headers, follow_redirects=True, timeout=TIMEOUT_S)
+            body = response.content
+        except Exception as err:
+            if isinstance(err, OSError) or type(err).__module__.startswith(("httpx", "httpcore")):
+                raise _Transient(f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:120]}") from None
+            raise
+        if response.status_code == 429 or response.status_code >= 500:
+            raise _Transient(f"HTTP {response.status_code}")
+        hf_raise_for_status(response)
+    _check_pinned(file, response)
+    if response.status_code != 206:
+        raise HubError(f"{file.label}: the server answered HTTP {response.status_code} to a byte range; expected 206")
+    if len(body) != end - start:
+        raise _Transient(f"{len(body)} of {end - start} bytes came")
+    return body
+
+
+def _check_pinned(file: HubFile, response: Any) -> None:
+    """Refuse an answer from a file other than the pinned one: another ETag or commit (the first
+    answer of a redirect chain is the Hub's own, which names the stored file)."""
+    first = (list(response.history) or [response])[0]
+    etag = next((first.headers[h] for h in _ETAG_HEADERS if h in first.headers), None)
+    etag = etag.removeprefix("W/").strip('"') if etag else None
+    commit = first.headers.get("X-Repo-Commit")
+    if (etag and etag != file.etag) or (commit and commit != file.commit):
+        raise HubError(
+            f"{file.label} changed under revision {file.commit[:12]}: the Hub now gives ETag {etag} "
+            f"(commit {commit}), the rows read before came from ETag {file.etag}; refused, no row of it kept "
+            "(clear the row cache and run again to use the new bytes)"
+        )
