@@ -6,7 +6,7 @@
 ``Content-Range``), and its errors as the Hub sends them (``X-Error-Code``: ``RepoNotFound`` 404,
 ``GatedRepo`` 401 without a token, ``RevisionNotFound``, ``EntryNotFound``). A repository may drop
 the connection mid-transfer: ``drop="always"`` (every transfer of that file sends half its bytes,
-then breaks off) or ``drop="once"`` (the first one). Every request is logged (method, file, status,
+then breaks off) or ``drop="once"`` (the first one, counted from when the mode is set). Every request is logged (method, file, status,
 range, bytes sent): :meth:`HubServer.ranges` lists the range requests. Files are read per request,
 so a test may change one under the same commit (its ETag follows). Point ``HF_ENDPOINT`` at
 :attr:`HubServer.url`.
@@ -152,7 +152,8 @@ class HubServer:
                 mode = repo.drop.get(file)
                 with hub._lock:
                     drop = mode == "always" or (mode == "once" and (name, file) not in hub._dropped)
-                    hub._dropped.add((name, file))
+                    if drop:
+                        hub._dropped.add((name, file))
                 if drop:
                     data = data[: len(data) // 2]
                     self.wfile.write(data)
@@ -165,3 +166,15 @@ class HubServer:
                 return None
 
         return Handler
+
+
+def use_hub(server: HubServer, monkeypatch, tmp_path: Path) -> None:
+    """Point huggingface_hub and the suite at ``server`` with caches of the test's own (the Hub
+    cache, the row cache) and no token, offline switch or default checkpoint from the environment."""
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub-cache"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))  # no stored token
+    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    monkeypatch.setenv("ENGRAM_VIZ_CACHE", str(tmp_path / "cache"))
+    for var in ("HF_TOKEN", "HF_HUB_OFFLINE", "ENGRAM_VIZ_OFFLINE", "ENGRAM_VIZ_CHECKPOINT", "ENGRAM_VIZ_ROW_CACHE_MB"):
+        monkeypatch.delenv(var, raising=False)

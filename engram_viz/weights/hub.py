@@ -163,7 +163,7 @@ def hub_errors(ref: HubRef | str, filename: str, offline: bool) -> Iterator[None
     except RepositoryNotFoundError:
         raise HubError(f"{ref}: no such repository on the Hub (or a private one: {token})") from None
     except RevisionNotFoundError:
-        raise HubError(f"{ref}: no revision {ref.revision!r} in this repository") from None
+        raise HubError(f"{ref}: no revision {getattr(ref, 'revision', None)!r} in this repository") from None
     except RemoteEntryNotFoundError:
         raise HubError(f"{ref}: the repository holds no {filename}; expected a safetensors checkpoint") from None
     except LocalEntryNotFoundError:

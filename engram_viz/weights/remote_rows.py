@@ -4,16 +4,17 @@
 rows the row store holds (``row_store.RowStore``), plans the others into ranges (rows fewer than
 ``COALESCE_GAP_BYTES`` apart share one, no range longer than ``MAX_RANGE_BYTES``), reads them
 concurrently at the pinned commit and ETag (``hub_ranges.read_ranges``, retried on transient
-failures), checks them for NaN/Inf (``nonfinite.py``), keeps them in the store and counts
-everything in ``reads``. A checkpoint opened from the Hub shares one :class:`RemoteReads` among its
-tensors (``Checkpoint.remote_reads``): per tensor, the rows taken from the Hub and from the row
-cache, the bytes and the requests; the report writes it into its provenance. Offline, rows the
-row cache lacks are refused in one line.
+failures), keeps every row the ranges brought in the store (the gap rows too), checks the rows it
+hands out for NaN/Inf (``nonfinite.py``) and counts everything in ``reads``. A checkpoint opened
+from the Hub shares one :class:`RemoteReads` among its tensors (``Checkpoint.remote_reads``): per
+tensor, the rows taken from the Hub and from the row cache, the bytes and the requests; the report
+writes it into its provenance. Offline, rows the row cache lacks are refused in one line.
 """
 
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import numpy as np
 import torch
@@ -23,7 +24,7 @@ from engram_viz.errors import HubError
 from engram_viz.weights.hub_ranges import read_ranges
 from engram_viz.weights.hub_shards import is_remote_shard, remote_file
 from engram_viz.weights.nonfinite import check_finite, nonfinite_error, nonfinite_rows, read_checked
-from engram_viz.weights.row_store import RowStore, store_folder
+from engram_viz.weights.row_store import RowStore, store_folder, store_root
 from engram_viz.weights.rows import LazyRows, RowSource
 from engram_viz.weights.safetensors import TensorInfo
 
@@ -38,22 +39,23 @@ class RemoteReads:
     """What the remote tensors of one checkpoint read, per tensor (thread-safe counters)."""
 
     def __init__(self) -> None:
-        self._by: dict[str, dict[str, int]] = {}
+        self._by: dict[str, dict[str, Any]] = {}  # tensor -> its Hub file and counts
         self._lock = threading.Lock()
 
-    def add(self, tensor: str, **counts: int) -> None:
+    def add(self, tensor: str, file: str, **counts: int) -> None:
         with self._lock:
-            mine = self._by.setdefault(tensor, dict.fromkeys(_COUNTS, 0))
+            mine = self._by.setdefault(tensor, {"file": file, **dict.fromkeys(_COUNTS, 0)})
             for key, value in counts.items():
                 mine[key] += int(value)
 
     def summary(self) -> dict:
-        """``{"tensors": {name: counts}, "total": counts}`` with the counts ``rows_remote`` (rows read
-        from the Hub), ``rows_cached`` (from the row cache), ``bytes_remote`` and ``requests``."""
+        """``{"tensors": {name: counts}, "total": counts, "row_cache": folder}``: per tensor its Hub
+        ``file`` and the counts ``rows_remote`` (rows read from the Hub), ``rows_cached`` (from the row
+        cache on disk), ``bytes_remote`` (gap rows of coalesced ranges included) and ``requests``."""
         with self._lock:
             tensors = {name: dict(c) for name, c in sorted(self._by.items())}
         total = {key: sum(c[key] for c in tensors.values()) for key in _COUNTS}
-        return {"tensors": tensors, "total": total}
+        return {"tensors": tensors, "total": total, "row_cache": str(store_root())}
 
 
 class RemoteRows(RowSource):
@@ -75,16 +77,14 @@ class RemoteRows(RowSource):
         ids = np.ascontiguousarray(ids, dtype=np.int64)
         hit, cached = self.store.lookup(ids)
         missed = ids[~hit]
-        fetched, requests, nbytes = self._fetch(missed)
-        bad = nonfinite_rows(fetched, self.dtype)
-        if len(bad):
-            raise nonfinite_error(self.label, self.dtype, missed[bad])
-        self.store.add(missed, fetched)
-        self.reads.add(
-            self.part.name, rows_remote=len(missed), rows_cached=len(cached), bytes_remote=nbytes, requests=requests
-        )
         out = np.empty((len(ids), self.row_bytes), dtype=np.uint8)
-        out[hit], out[~hit] = cached, fetched
+        out[hit] = cached
+        spans, nbytes = self._fetch(missed, out, np.nonzero(~hit)[0])
+        counts = {"rows_remote": len(missed), "rows_cached": len(cached), "bytes_remote": nbytes, "requests": spans}
+        self.reads.add(self.part.name, self.file.label, **counts)
+        bad = nonfinite_rows(out, self.dtype)  # every row handed out, from the Hub or the row cache
+        if len(bad):
+            raise nonfinite_error(self.label, self.dtype, ids[bad])
         rows = torch.from_numpy(out)
         return rows.view(torch.bool) if self.dtype == torch.bool else rows.view(self.dtype)
 
@@ -103,11 +103,11 @@ class RemoteRows(RowSource):
         firsts, lasts = ids[np.concatenate([[0], breaks])], ids[np.concatenate([breaks, [len(ids)]]) - 1]
         return [(self.part.start + int(a) * rb, self.part.start + (int(b) + 1) * rb) for a, b in zip(firsts, lasts)]
 
-    def _fetch(self, ids: np.ndarray) -> tuple[np.ndarray, int, int]:
-        """Rows of ``ids`` from the Hub (uint8 ``[n, row_bytes]``), the requests made and the bytes read."""
-        out = np.empty((len(ids), self.row_bytes), dtype=np.uint8)
+    def _fetch(self, ids: np.ndarray, out: np.ndarray, slots: np.ndarray) -> tuple[int, int]:
+        """Rows of ``ids`` from the Hub into ``out[slots]``; every row the ranges brought (the gap rows
+        of coalesced ranges too: they are paid for) goes into the row cache. -> (requests, bytes)."""
         if not len(ids):
-            return out, 0, 0
+            return 0, 0
         if settings.offline():
             raise HubError(
                 f"{self.label}: {len(ids):,} rows (ids {ids[0]}...) are not in the row cache, and --offline "
@@ -115,14 +115,14 @@ class RemoteRows(RowSource):
             )
         spans = self.plan(ids)
         bodies = read_ranges(self.file, spans)
-        rb, first = self.row_bytes, 0
-        for (start, end), body in zip(spans, bodies):
-            row0 = (start - self.part.start) // rb
-            n = int(np.searchsorted(ids, (end - self.part.start) // rb)) - first
-            block = np.frombuffer(body, dtype=np.uint8).reshape(-1, rb)
-            out[first : first + n] = block[ids[first : first + n] - row0]
-            first += n
-        return out, len(spans), sum(end - start for start, end in spans)
+        rb = self.row_bytes
+        firsts = np.array([(start - self.part.start) // rb for start, _ in spans], dtype=np.int64)
+        counts = np.array([len(body) // rb for body in bodies], dtype=np.int64)
+        every = np.concatenate([np.arange(f, f + n) for f, n in zip(firsts, counts)])
+        read = np.frombuffer(b"".join(bodies), dtype=np.uint8).reshape(-1, rb)
+        out[slots] = read[np.searchsorted(every, ids)]
+        self.store.add(every, read)
+        return len(spans), len(read) * rb
 
 
 def tensor_rows(parts: list[TensorInfo], num_rows: int, reads: RemoteReads) -> RowSource:

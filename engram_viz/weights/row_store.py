@@ -97,11 +97,17 @@ class RowStore:
             return hit, rows[hit[where]]
 
     def add(self, ids: np.ndarray, rows: np.ndarray) -> None:
-        """Keep ``rows`` (uint8 ``[n, row_bytes]``) of ``ids`` as one batch file, then keep the bound."""
-        if not len(ids) or not self.capacity:
+        """Keep ``rows`` (uint8 ``[n, row_bytes]``) of sorted unique ``ids`` not kept yet as one batch
+        file, then keep the bound."""
+        if not self.capacity:
             return
         path = self.folder / f"{secrets.token_hex(8)}{SUFFIX}"
         with self._lock:
+            at = np.minimum(np.searchsorted(self._ids, ids), max(len(self._ids) - 1, 0))
+            fresh = self._ids[at] != ids if len(self._ids) else np.ones(len(ids), dtype=bool)
+            ids, rows = ids[fresh], rows[fresh]  # rows kept already are not written twice
+            if not len(ids):
+                return
             self.folder.mkdir(parents=True, exist_ok=True)
             with cached_path(path) as tmp, open(tmp, "wb") as fh:
                 fh.write(np.ascontiguousarray(rows, dtype=np.uint8).tobytes())

@@ -11,7 +11,7 @@ import socket
 import pytest
 import torch
 from block0_kit import SMALL
-from hub_kit import COMMIT, HubServer, Repo
+from hub_kit import COMMIT, HubServer, Repo, use_hub
 
 from engram_viz.cli import main
 from engram_viz.core.schema import EMBED_NAME, is_engram_path_name
@@ -43,13 +43,7 @@ def hub(folder, tmp_path, monkeypatch):
         "test/flaky": Repo(folder, drop={_engram_shards(folder)[-1]: "once"}),
     }
     with HubServer(repos) as server:
-        monkeypatch.setenv("HF_ENDPOINT", server.url)
-        monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub-cache"))
-        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))  # no stored token
-        monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-        monkeypatch.setenv("ENGRAM_VIZ_CACHE", str(tmp_path / "cache"))  # a row cache of this test's own
-        for var in ("HF_TOKEN", "HF_HUB_OFFLINE", "ENGRAM_VIZ_OFFLINE", "ENGRAM_VIZ_CHECKPOINT"):
-            monkeypatch.delenv(var, raising=False)
+        use_hub(server, monkeypatch, tmp_path)
         yield server
 
 
