@@ -23,8 +23,9 @@ from typing import Any
 
 from engram_viz.errors import HubError
 from engram_viz.weights.hub import HUB_PREFIX, hub_errors
+from engram_viz.weights.row_store import store_root
 
-RANGE_WORKERS = 8  # range requests in flight: each waits a round trip, not the CPU
+RANGE_WORKERS = 16  # range requests in flight: each waits a round trip, not the CPU
 TRIES = 4  # attempts per range before a transient failure is final
 BACKOFF_S = 0.25  # sleep before the second attempt, doubled before each later one
 TIMEOUT_S = 30.0
@@ -131,5 +132,5 @@ def _check_pinned(file: HubFile, response: Any) -> None:
         raise HubError(
             f"{file.label} changed under revision {file.commit[:12]}: the Hub now gives ETag {etag} "
             f"(commit {commit}), the rows read before came from ETag {file.etag}; refused, no row of it kept "
-            "(clear the row cache and run again to use the new bytes)"
+            f"(delete the row cache {store_root()} and run again to use the new bytes)"
         )

@@ -10,9 +10,10 @@ from pathlib import Path
 from engram_viz.config import ConfigError, EngramConfig
 from engram_viz.core.schema import EMBED_NAME, is_table_name
 from engram_viz.core.tokenizer import EngramTokenizer
-from engram_viz.errors import CheckpointError, EngramVizError
+from engram_viz.errors import CheckpointError, EngramVizError, HubError
 from engram_viz.weights.gguf_file import is_gguf_path
 from engram_viz.weights.gguf_inspect import inspect_gguf
+from engram_viz.weights.hub_shards import is_remote_shard
 from engram_viz.weights.nonfinite_scan import verify_tensors
 from engram_viz.weights.remote_rows import read_small
 from engram_viz.weights.safetensors import TensorInfo
@@ -87,6 +88,12 @@ def inspect_checkpoint(
         out["config"], out["label"] = cfg.name, scan.label(cfg)
         problems = _problems(scan, cfg, out)
     if verify:
+        remote = [f.name for f in scan.files if is_remote_shard(f)]
+        if remote:  # every byte of the tables by byte ranges is no verification anyone wants
+            raise HubError(
+                f"{scan.label(cfg) if cfg else scan.path}: --verify reads every byte of the Engram tensors, and "
+                f"{len(remote)} shards ({remote[0]}, ...) are on the Hub; download the repository and inspect its folder"
+            )
         out["verify"] = verify_tensors(scan, progress=progress)
         problems += _verify_problems(out["verify"], scan.path)
     out["problems"] = problems

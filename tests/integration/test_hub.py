@@ -6,6 +6,7 @@ same folder opened from disk, and a missing, gated or broken repository is one c
 
 from __future__ import annotations
 
+import json
 import socket
 
 import pytest
@@ -102,6 +103,9 @@ def test_config_and_inspect_read_what_they_need(hub, folder, capsys):
     assert hub.downloads("test/ckpt") == ["config.json"]  # the config alone, no shard
     assert main(["inspect", "hf://test/ckpt"]) == 0
     assert "every dtype and shape as expected" in capsys.readouterr().out
+    assert main(["inspect", "hf://test/ckpt", "--verify"]) == 2  # every byte by ranges: refused, one line
+    err = capsys.readouterr().err
+    assert "--verify reads every byte of the Engram tensors" in err and err.count("\n") == 1
 
 
 def test_block0_streams_fetch_block0_too_and_gates_equal_the_folder(hub, folder):
@@ -158,3 +162,21 @@ def test_a_connection_dropped_once_is_retried(hub, folder):
     assert _same_rows(
         ckpt.layer(last).table, local.layer(last).table, torch.arange(local.config.engram_num_embeddings[-1])
     )
+
+
+def test_config_commands_take_a_hub_checkpoint_and_read_its_config_alone(hub, folder, tmp_path, capsys):
+    def run(*argv: str) -> dict:
+        assert main(list(argv)) == 0
+        return json.loads(capsys.readouterr().out)
+
+    for command in (["hash", "Alexander the Great"], ["layout"], ["params"]):
+        from_hub = run(*command, "--checkpoint", "hf://test/ckpt", "--json")
+        from_disk = run(*command, "--checkpoint", str(folder), "--json")
+        from_hub.pop("config", None), from_disk.pop("config", None)  # where the config came from
+        assert from_hub == from_disk and from_hub
+    text = tmp_path / "text.txt"
+    text.write_text("Alexander the Great was a king of Macedon.\n", encoding="utf-8")
+    out = tmp_path / "corpus"
+    assert main(["corpus", str(text), "--out", str(out), "--checkpoint", "hf://test/ckpt", "--quiet"]) == 0
+    assert json.loads((out / "summary.json").read_text())["config"] == open_checkpoint(folder).config.name
+    assert hub.downloads("test/ckpt") == ["config.json"]  # the config alone, fetched once, no shard
