@@ -3,10 +3,12 @@
 :class:`HubFile` names the file at a commit (``resolve/<commit>/<file>``, so a branch that moves
 meanwhile changes nothing) with the ETag and size its ``HEAD`` gave (:func:`hub_file`). :func:`read_ranges`
 asks for many ``[start, end)`` spans at once, ``RANGE_WORKERS`` requests in flight, through
-``huggingface_hub``'s HTTP session and headers (``HF_ENDPOINT``, the token), following the Hub's
-redirect to its storage. Every answer is checked: ``206`` with the bytes asked for, and the ETag
-(the Hub's ``X-Linked-Etag``: the file's sha256) and commit of the pinned file, so a file whose
-bytes changed under the same revision is refused rather than mixed with rows read before.
+``huggingface_hub``'s HTTP session and headers (``HF_ENDPOINT``, the token). When the Hub redirects
+the file to its storage, the range requests go to that (signed, content-addressed) URL, found with one
+``HEAD`` a process and again when it expires, so they do not pass the Hub's request limits; the token
+goes to the Hub alone. Every answer is checked: ``206`` with the bytes asked for, and where the Hub
+answers itself, the ETag (its ``X-Linked-Etag``: the file's sha256) and commit of the pinned file, so a
+file whose bytes changed under the same revision is refused rather than mixed with rows read before.
 
 Transient failures (the connection dropped or refused, a body cut short, a timeout, HTTP 429 or
 5xx) are retried ``TRIES`` times with exponential backoff from ``BACKOFF_S``; then, as for every
@@ -16,6 +18,7 @@ other failure, one :class:`~engram_viz.errors.HubError` line. Nothing is written
 from __future__ import annotations
 
 import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -30,6 +33,8 @@ TRIES = 4  # attempts per range before a transient failure is final
 BACKOFF_S = 0.25  # sleep before the second attempt, doubled before each later one
 TIMEOUT_S = 30.0
 _ETAG_HEADERS = ("X-Linked-Etag", "ETag")  # the Hub's header for the stored file first, as huggingface_hub does
+_LOCATIONS: dict[tuple[HubFile, str], str] = {}  # (file, resolve URL) -> where its bytes are served (_location)
+_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -62,15 +67,40 @@ def _endpoint() -> str | None:
 
 def hub_file(repo_id: str, filename: str, commit: str) -> HubFile:
     """``filename`` of ``repo_id`` at ``commit``, with the ETag and size a ``HEAD`` request gives."""
-    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+    from huggingface_hub import hf_hub_url
 
-    ref = f"{HUB_PREFIX}{repo_id}@{commit[:12]}"
-    with hub_errors(ref, filename, offline=False):
-        url = hf_hub_url(repo_id, filename, revision=commit, endpoint=_endpoint())
-        meta = get_hf_file_metadata(url, endpoint=_endpoint(), retry_on_errors=True)
+    url = hf_hub_url(repo_id, filename, revision=commit, endpoint=_endpoint())
+    meta = _head(url, f"{HUB_PREFIX}{repo_id}@{commit[:12]}", filename)
     if not meta.etag or meta.size is None:
-        raise HubError(f"{ref}: the Hub gave no ETag or size for {filename}; expected both to pin its bytes")
-    return HubFile(repo_id, filename, commit, meta.etag, int(meta.size))
+        raise HubError(
+            f"{HUB_PREFIX}{repo_id}@{commit[:12]}: the Hub gave no ETag or size for {filename}; expected both to pin it"
+        )
+    file = HubFile(repo_id, filename, commit, meta.etag, int(meta.size))
+    with _LOCK:
+        _LOCATIONS[file, url] = meta.location
+    return file
+
+
+def _head(url: str, ref: str, filename: str) -> Any:
+    from huggingface_hub import get_hf_file_metadata
+
+    with hub_errors(ref, filename, offline=False):
+        return get_hf_file_metadata(url, endpoint=_endpoint(), retry_on_errors=True)
+
+
+def _location(file: HubFile) -> str:
+    """Where the file's bytes are served: the storage URL the Hub redirects its resolve URL to (signed,
+    asked for once a process and again when it expires, so the many range requests go to storage
+    and not through the Hub's request limits), or the resolve URL itself when no redirect comes."""
+    key = (file, file.url())  # the endpoint may change between calls (HF_ENDPOINT is read when called)
+    with _LOCK:
+        if key in _LOCATIONS:
+            return _LOCATIONS[key]
+    meta = _head(key[1], f"{HUB_PREFIX}{file.repo_id}@{file.commit[:12]}", file.filename)
+    _check_pinned(file, meta.etag, meta.commit_hash)
+    with _LOCK:
+        _LOCATIONS[key] = meta.location
+    return meta.location
 
 
 def read_ranges(file: HubFile, spans: list[tuple[int, int]]) -> list[bytes]:
@@ -101,10 +131,13 @@ def _read_once(file: HubFile, start: int, end: int) -> bytes:
     from huggingface_hub import get_session
     from huggingface_hub.utils import build_hf_headers, hf_raise_for_status
 
-    headers = build_hf_headers(headers={"Range": f"bytes={start}-{end - 1}", "Accept-Encoding": "identity"})
+    target = _location(file)
+    on_hub = target == file.url()  # the Hub itself answers; otherwise its storage (no token sent there)
+    asked = {"Range": f"bytes={start}-{end - 1}", "Accept-Encoding": "identity"}
+    headers = build_hf_headers(headers=asked) if on_hub else asked
     with hub_errors(f"{HUB_PREFIX}{file.repo_id}@{file.commit[:12]}", file.filename, offline=False):
         try:
-            response = get_session().get(file.url(), headers=headers, follow_redirects=True, timeout=TIMEOUT_S)
+            response = get_session().get(target, headers=headers, follow_redirects=True, timeout=TIMEOUT_S)
             body = response.content
         except Exception as err:
             if isinstance(err, OSError) or type(err).__module__.startswith(("httpx", "httpcore")):
@@ -112,8 +145,15 @@ def _read_once(file: HubFile, start: int, end: int) -> bytes:
             raise
         if response.status_code == 429 or response.status_code >= 500:
             raise _Transient(f"HTTP {response.status_code}")
+        if not on_hub and response.status_code in (401, 403, 410):  # the signed storage URL expired
+            with _LOCK:
+                _LOCATIONS.pop((file, file.url()), None)
+            raise _Transient(f"HTTP {response.status_code} from storage")
         hf_raise_for_status(response)
-    _check_pinned(file, response)
+    if on_hub:  # storage URLs are content-addressed; the Hub's own answer names the file it served
+        first = (list(response.history) or [response])[0]
+        etag = next((first.headers[h] for h in _ETAG_HEADERS if h in first.headers), None)
+        _check_pinned(file, etag.removeprefix("W/").strip('"') if etag else None, first.headers.get("X-Repo-Commit"))
     if response.status_code != 206:
         raise HubError(f"{file.label}: the server answered HTTP {response.status_code} to a byte range; expected 206")
     if len(body) != end - start:
@@ -121,13 +161,8 @@ def _read_once(file: HubFile, start: int, end: int) -> bytes:
     return body
 
 
-def _check_pinned(file: HubFile, response: Any) -> None:
-    """Refuse an answer from a file other than the pinned one: another ETag or commit (the first
-    answer of a redirect chain is the Hub's own, which names the stored file)."""
-    first = (list(response.history) or [response])[0]
-    etag = next((first.headers[h] for h in _ETAG_HEADERS if h in first.headers), None)
-    etag = etag.removeprefix("W/").strip('"') if etag else None
-    commit = first.headers.get("X-Repo-Commit")
+def _check_pinned(file: HubFile, etag: str | None, commit: str | None) -> None:
+    """Refuse an answer about a file other than the pinned one: another ETag or commit."""
     if (etag and etag != file.etag) or (commit and commit != file.commit):
         raise HubError(
             f"{file.label} changed under revision {file.commit[:12]}: the Hub now gives ETag {etag} "
