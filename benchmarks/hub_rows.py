@@ -47,7 +47,18 @@ from engram_viz.weights.synthetic import synthetic_checkpoint
 REPO = "bench/v41-flash"
 
 
-def recorded_run(seed: int) -> tuple[list, dict[str, np.ndarray], dict[str, torch.Tensor]]:
+def same_gates(a: Trace, b: Trace) -> str:
+    """Whether two traces' gates are bit for bit equal at the valid positions, in words."""
+    ga, gb = a.gates[a.valid].contiguous(), b.gates[b.valid].contiguous()
+    if ga.shape == gb.shape and torch.equal(ga.view(torch.int32), gb.view(torch.int32)):
+        return f"bit for bit ({ga.numel():,} gates)"
+    if ga.shape != gb.shape:
+        return f"NOT EQUAL (shapes {list(ga.shape)} and {list(gb.shape)})"
+    diff = (ga - gb).abs().nan_to_num(nan=float("inf"))
+    return f"NOT EQUAL ({int((diff > 0).sum()):,} of {ga.numel():,} differ, max {diff.max():.3g})"
+
+
+def recorded_run(seed: int, prompts: list) -> tuple[Trace, dict[str, np.ndarray], dict[str, torch.Tensor]]:
     """The procedural checkpoint over the default prompts: its gates, and the rows each tensor gave
     (name -> sorted ids) with their bytes (name -> rows)."""
     ckpt = synthetic_checkpoint("v41-flash", seed)
@@ -63,7 +74,7 @@ def recorded_run(seed: int) -> tuple[list, dict[str, np.ndarray], dict[str, torc
     for layer_id, w in ckpt.layers.items():
         w.table._gather_unique = record(engram_names(layer_id)["table_weight"], w.table._gather_unique)
     ckpt.embed.source.read_unique = record(EMBED_NAME, ckpt.embed.source.read_unique)
-    gates = Pipeline(ckpt, streams="embedding").run(load_prompts(prompt_set_path("default")))
+    trace = Pipeline(ckpt, streams="embedding").run(prompts)
     ids = {name: np.unique(np.concatenate(parts)) for name, parts in asked.items()}
     rows: dict[str, torch.Tensor] = {}
     for layer_id, w in ckpt.layers.items():
@@ -73,7 +84,7 @@ def recorded_run(seed: int) -> tuple[list, dict[str, np.ndarray], dict[str, torc
         for part in ("wkv_weight", "wkv_scale", "q_weight", "k_weight"):
             rows[names[part]] = getattr(w, part)
     rows[EMBED_NAME] = ckpt.embed.rows(torch.from_numpy(ids[EMBED_NAME]))
-    return gates.to_frame("gates")["gate"].tolist(), ids, rows
+    return trace, ids, rows
 
 
 def write_folder(folder: Path, ids: dict[str, np.ndarray], rows: dict[str, torch.Tensor]) -> dict[str, int]:
@@ -108,10 +119,11 @@ def write_folder(folder: Path, ids: dict[str, np.ndarray], rows: dict[str, torch
     return sizes
 
 
-def report(url: str, tmp: Path, out: Path) -> tuple[float, dict]:
+def report(url: str, tmp: Path, out: Path, prompts: Path) -> tuple[float, dict]:
     env = {**os.environ, "HF_ENDPOINT": url, "HF_HUB_CACHE": str(tmp / "hub"), "HF_HOME": str(tmp / "hf-home")}
     env.update(ENGRAM_VIZ_CACHE=str(tmp / "cache"), HF_HUB_DISABLE_PROGRESS_BARS="1", PYTHONPATH=str(ROOT))
     cmd = [sys.executable, "-m", "engram_viz.cli", "report", "--checkpoint", f"hf://{REPO}", "--out", str(out)]
+    cmd += ["--prompts", str(prompts)]
     start = time.perf_counter()
     subprocess.run([*cmd, "--quiet", "--device", "cpu"], check=True, env=env)
     return time.perf_counter() - start, json.loads((out / "manifest.json").read_text())["provenance"]["hub_rows"]
@@ -121,6 +133,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "hub_rows.txt")
+    ap.add_argument("--prompts", type=int, default=None, help="the first N prompts of the set only (a quick check)")
     args = ap.parse_args()
     lines = []
 
@@ -128,26 +141,29 @@ def main() -> None:
         print(text, flush=True)
         lines.append(text)
 
-    gates_proc, ids, rows = recorded_run(args.seed)
+    lines_in = prompt_set_path("default").read_text(encoding="utf-8").splitlines()[: args.prompts]
     with tempfile.TemporaryDirectory(prefix="hub-rows-") as tmp_name:
         tmp = Path(tmp_name)
+        prompt_file = tmp / "prompts.jsonl"
+        prompt_file.write_text("\n".join(lines_in) + "\n", encoding="utf-8")
+        prompts = load_prompts(prompt_file)
+        trace_proc, ids, rows = recorded_run(args.seed, prompts)
         folder = tmp / "v41-flash"
         folder.mkdir()
         sizes = write_folder(folder, ids, rows)
         with HubServer({REPO: Repo(folder)}) as hub:
-            seconds, reads = report(hub.url, tmp, tmp / "report")
+            seconds, reads = report(hub.url, tmp, tmp / "report", prompt_file)
             sent_first = hub.bytes_sent(REPO)
-            seconds_again, again = report(hub.url, tmp, tmp / "again")
+            seconds_again, again = report(hub.url, tmp, tmp / "again", prompt_file)
             sent_again = hub.bytes_sent(REPO) - sent_first
-        gates_hub = Trace.load(tmp / "report" / "trace").to_frame("gates")["gate"].tolist()
-        gates_disk = Pipeline(folder, streams="embedding").run(load_prompts(prompt_set_path("default")))
-        gates_disk = gates_disk.to_frame("gates")["gate"].tolist()
+        trace_hub = Trace.load(tmp / "report" / "trace")
+        trace_disk = Pipeline(folder, streams="embedding").run(prompts)
 
     tensors = reads["tensors"]
     tables = [n for n in tensors if n.endswith(("engram.embed.weight", "engram.embed.scale"))]
     table_rows = sum(tensors[n]["rows_remote"] for n in tables if n.endswith("weight"))
     table_bytes = sum(tensors[n]["bytes_remote"] for n in tables)
-    say(f"engram-viz report --checkpoint hf://{REPO} over the default prompt set ({len(gates_hub):,} gates), ")
+    say(f"engram-viz report --checkpoint hf://{REPO} over the default prompt set ({len(prompts)} prompts), ")
     say("served by tests/hub_kit.HubServer on 127.0.0.1: V4.1-Flash Engram shapes, full-size sparse tables")
     say(
         f"  table rows read: {table_rows:,} (+ their scales) in {table_bytes / 1e6:.2f} MB by "
@@ -169,10 +185,8 @@ def main() -> None:
         f"{again['total']['rows_cached']:,} rows cached, {again['total']['rows_remote']} from the Hub, "
         f"{sent_again / 1e6:.2f} MB sent)"
     )
-    say(
-        f"  gates from the Hub == from the folder on disk: {gates_hub == gates_disk}; "
-        f"== the procedural checkpoint: {gates_hub == gates_proc}"
-    )
+    say(f"  gates of the report from the Hub vs the folder opened from disk: {same_gates(trace_hub, trace_disk)}")
+    say(f"  gates of the folder vs the procedural checkpoint it was written from: {same_gates(trace_disk, trace_proc)}")
     args.out.write_text("\n".join(lines) + "\n")
 
 

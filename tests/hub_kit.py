@@ -8,8 +8,11 @@
 the connection mid-transfer: ``drop="always"`` (every transfer of that file sends half its bytes,
 then breaks off) or ``drop="once"`` (the first one, counted from when the mode is set). Every request is logged (method, file, status,
 range, bytes sent): :meth:`HubServer.ranges` lists the range requests. Files are read per request,
-so a test may change one under the same commit (its ETag follows). Point ``HF_ENDPOINT`` at
-:attr:`HubServer.url`.
+so a test may change one under the same commit (its ETag follows). ``Repo(storage=True)`` answers
+the resolve URL of a shard as the Hub does for large files: ``302`` to a storage URL on the same server
+(``/storage/{owner}/{name}/{path}``, another ETag, no commit header) with ``X-Linked-Etag`` and
+``X-Linked-Size``; :attr:`HubServer.expire` makes a file's storage URL answer ``403`` once (a signed
+URL that expired). Point ``HF_ENDPOINT`` at :attr:`HubServer.url`.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Self
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 HASHED_BYTES = 2**30  # files up to this size get their sha256 as ETag
 _PATH = re.compile(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<file>.+)$")
+_STORAGE = re.compile(r"^/storage/(?P<repo>[^/]+/[^/]+)/(?P<file>.+)$")
 _RANGE = re.compile(r"^bytes=(\d+)-(\d*)$")
 
 
@@ -34,6 +38,7 @@ class Repo:
     gated: bool = False
     drop: dict[str, str] = field(default_factory=dict)  # file name -> "always" | "once"
     commit: str = COMMIT
+    storage: bool = False  # a shard's resolve answers 302 to this server's /storage/..., as the Hub's to its CDN
 
 
 @dataclass
@@ -44,6 +49,8 @@ class Request:
     status: int
     sent: int  # body bytes written
     span: tuple[int, int] | None = None  # the byte range asked for, [start, end)
+    storage: bool = False  # answered by the storage a Repo(storage=True) redirects to
+    auth: bool = False  # the request carried a token
 
 
 class HubServer:
@@ -54,6 +61,7 @@ class HubServer:
         self.log: list[Request] = []
         self._etags: dict[tuple[Path, int, int], str] = {}
         self._dropped: set[tuple[str, str]] = set()
+        self.expire: set[tuple[str, str]] = set()  # (repo, file): its storage URL answers 403 once
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
@@ -121,6 +129,18 @@ class HubServer:
                 hub.log.append(Request(self.command, repo, file, status, 0))
 
             def _serve(self, body: bool) -> None:
+                stored = _STORAGE.match(self.path.split("?")[0])
+                if stored:  # the storage the Hub redirects to: no checks, no token needed
+                    repo = hub.repos[stored["repo"]]
+                    with hub._lock:
+                        expired = (stored["repo"], stored["file"]) in hub.expire
+                        hub.expire.discard((stored["repo"], stored["file"]))
+                    if expired:
+                        self.send_response(403)
+                        self.send_header("Content-Length", "0")
+                        self.end_headers()
+                        return self._log(stored["repo"], stored["file"], 403, 0, None, True)
+                    return self._send(stored["repo"], repo, stored["file"], body, storage=True)
                 m = _PATH.match(self.path.split("?")[0])
                 if not m:
                     return self._error(404, "RepoNotFound", "", self.path)
@@ -135,6 +155,23 @@ class HubServer:
                 path = repo.folder / file
                 if not path.is_file():
                     return self._error(404, "EntryNotFound", name, file, repo.commit)
+                if repo.storage and file.endswith(".safetensors"):  # the Hub redirects its large (LFS) files
+                    self.send_response(302)
+                    self.send_header("Location", f"{hub.url}/storage/{name}/{file}")
+                    self.send_header("X-Repo-Commit", repo.commit)
+                    self.send_header("X-Linked-Etag", f'"{hub.etag(path)}"')
+                    self.send_header("X-Linked-Size", str(path.stat().st_size))
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return self._log(name, file, 302, 0, None, False)
+                return self._send(name, repo, file, body, storage=False)
+
+            def _log(self, name: str, file: str, status: int, sent: int, span, storage: bool) -> None:
+                auth = bool(self.headers.get("Authorization"))
+                hub.log.append(Request(self.command, name, file, status, sent, span, storage, auth))
+
+            def _send(self, name: str, repo: Repo, file: str, body: bool, storage: bool) -> None:
+                path = repo.folder / file
                 size = path.stat().st_size
                 start, end = 0, size - 1
                 ranged = _RANGE.match(self.headers.get("Range", ""))
@@ -142,15 +179,16 @@ class HubServer:
                     start = int(ranged[1])
                     end = min(int(ranged[2]), size - 1) if ranged[2] else size - 1
                 self.send_response(206 if ranged else 200)
-                self.send_header("X-Repo-Commit", repo.commit)
-                self.send_header("ETag", f'"{hub.etag(path)}"')
+                if not storage:
+                    self.send_header("X-Repo-Commit", repo.commit)
+                self.send_header("ETag", f'"{hub.etag(path)}"' if not storage else '"storage-etag"')
                 self.send_header("Accept-Ranges", "bytes")
                 self.send_header("Content-Length", str(end - start + 1))
                 if ranged:
                     self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
                 self.end_headers()
                 if not body:
-                    return hub.log.append(Request("HEAD", name, file, 200, 0))
+                    return self._log(name, file, 200, 0, None, storage)
                 with open(path, "rb") as fh:
                     fh.seek(start)
                     data = fh.read(end + 1 - start)
@@ -165,11 +203,9 @@ class HubServer:
                     self.wfile.write(data)
                     self.wfile.flush()
                     self.close_connection = True
-                    hub.log.append(Request("GET", name, file, -1, len(data), span))  # -1: broken off
-                    return None
+                    return self._log(name, file, -1, len(data), span, storage)  # -1: broken off
                 self.wfile.write(data)
-                hub.log.append(Request("GET", name, file, 206 if ranged else 200, len(data), span))
-                return None
+                return self._log(name, file, 206 if ranged else 200, len(data), span, storage)
 
         return Handler
 

@@ -184,3 +184,24 @@ def test_a_file_changed_under_the_same_revision_is_refused(hub, folder, served, 
     monkeypatch.setenv("ENGRAM_VIZ_OFFLINE", "1")
     with pytest.raises(HubError, match=r"rows .* are not in the row cache, and --offline"):
         table.gather_fp8(_ids(table.num_rows, 100, 5))
+
+
+def test_rows_come_from_the_storage_the_hub_redirects_to_and_the_token_stays_with_the_hub(
+    folder, tmp_path, monkeypatch
+):
+    with HubServer({"test/stored": Repo(folder, storage=True)}) as hub:
+        use_hub(hub, monkeypatch, tmp_path)
+        monkeypatch.setenv("HF_TOKEN", "hf_for_the_hub_only")
+        monkeypatch.setattr(hub_ranges, "BACKOFF_S", 0.01)
+        remote, local = open_checkpoint("hf://test/stored"), open_checkpoint(folder)
+        last = local.config.engram_layer_ids[-1]
+        hub.expire.add(("test/stored", TABLE_SHARD))  # the first signed URL has expired by the first row read
+        ids = _ids(local.config.engram_num_embeddings[-1], 500, 9)
+        mine, theirs = remote.layer(last).table.gather_fp8(ids), local.layer(last).table.gather_fp8(ids)
+        assert all(torch.equal(_bytes(a), _bytes(b)) for a, b in zip(mine, theirs))
+        ranges = hub.ranges("test/stored")
+        assert ranges and all(r.storage and not r.auth for r in ranges)  # every byte range from storage, no token
+        hub_side = [r for r in hub.log if not r.storage and r.file.endswith(".safetensors")]
+        assert hub_side and all(r.method == "HEAD" and r.status == 302 and r.auth for r in hub_side)
+        assert [r.status for r in hub.log if r.file == TABLE_SHARD and r.status == 403] == [403]
+        assert sum(r.file == TABLE_SHARD for r in hub_side) == 2  # pinned once, asked again after the 403
