@@ -1,17 +1,19 @@
 """A report from the loopback Hub at V4.1-Flash size: the rows and bytes it reads instead of the tables.
 
-    python benchmarks/hub_rows.py [--seed 0] [--out benchmarks/results/hub_rows.txt]
+    python benchmarks/hub_rows.py [--prompt-set paper|default] [--prompts N] [--seed 0] [--out FILE]
 
 Builds, in a temporary folder, a checkpoint with V4.1-Flash's Engram names, dtypes and shapes whose
 two tables are full size (each 98.3 GB of e4m3 rows + 3.1 GB of scales) as sparse safetensors files
 (holes: no disk). ``wkv``, ``q_weight`` and ``k_weight`` are written whole, and so are the rows a run
-over the default prompt set gathers (table rows and token-embedding rows, recorded while the seeded
-procedural checkpoint ``synthetic_checkpoint("v41-flash", seed)`` ran those prompts), with the
+over the prompt set gathers (table rows and token-embedding rows, recorded while the seeded
+procedural checkpoint ``synthetic_checkpoint("v41-flash", seed)`` ran the same prompts), with the
 procedural checkpoint's values. It serves the folder from ``tests/hub_kit.HubServer`` on 127.0.0.1,
-runs ``engram-viz report --checkpoint hf://bench/v41-flash`` over the default prompt set in a fresh
-process with an empty row cache, and reads the rows and bytes from the report's provenance
-(``manifest.json``: ``hub_rows``). The gates of the report's trace are compared with the folder opened
-from disk and with the procedural checkpoint itself. A second report shows the row cache at work.
+runs ``engram-viz report --checkpoint hf://bench/v41-flash`` over the prompt set (``paper``: what the
+report runs on a checkpoint other than the tiny LM; or ``default``) in a fresh process with an empty
+row cache, and reads the rows and bytes from the report's provenance (``manifest.json``:
+``hub_rows``). The gates of the report's trace are compared bit for bit with the folder opened from
+disk and with the procedural checkpoint itself. A second report shows the row cache at work.
+Default output: ``benchmarks/results/hub_rows.txt``.
 """
 
 from __future__ import annotations
@@ -133,6 +135,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "hub_rows.txt")
+    ap.add_argument(
+        "--prompt-set",
+        default="paper",
+        help="paper (what `report` runs on a checkpoint other than the tiny LM) or default",
+    )
     ap.add_argument("--prompts", type=int, default=None, help="the first N prompts of the set only (a quick check)")
     args = ap.parse_args()
     lines = []
@@ -141,7 +148,7 @@ def main() -> None:
         print(text, flush=True)
         lines.append(text)
 
-    lines_in = prompt_set_path("default").read_text(encoding="utf-8").splitlines()[: args.prompts]
+    lines_in = prompt_set_path(args.prompt_set).read_text(encoding="utf-8").splitlines()[: args.prompts]
     with tempfile.TemporaryDirectory(prefix="hub-rows-") as tmp_name:
         tmp = Path(tmp_name)
         prompt_file = tmp / "prompts.jsonl"
@@ -163,7 +170,9 @@ def main() -> None:
     tables = [n for n in tensors if n.endswith(("engram.embed.weight", "engram.embed.scale"))]
     table_rows = sum(tensors[n]["rows_remote"] for n in tables if n.endswith("weight"))
     table_bytes = sum(tensors[n]["bytes_remote"] for n in tables)
-    say(f"engram-viz report --checkpoint hf://{REPO} over the default prompt set ({len(prompts)} prompts), ")
+    n_positions = int(trace_hub.lengths.sum())
+    say(f"engram-viz report --checkpoint hf://{REPO} --prompts {args.prompt_set} set ({len(prompts)} prompts, ")
+    say(f"{n_positions:,} positions), CPU {os.cpu_count()} cores shared (avx2 avx512_bf16), ")
     say("served by tests/hub_kit.HubServer on 127.0.0.1: V4.1-Flash Engram shapes, full-size sparse tables")
     say(
         f"  table rows read: {table_rows:,} (+ their scales) in {table_bytes / 1e6:.2f} MB by "
