@@ -83,6 +83,12 @@ def _config_arg(p: argparse.ArgumentParser) -> None:
         default=None,
         help=f"preset (v41-flash, tiny) or path to a config.json (default: the config of the weights: {WEIGHTS_RULE})",
     )
+    p.add_argument(
+        "--checkpoint",
+        default=None,
+        help="the weights whose config to use: folder, GGUF or hf://owner/repo (config only)",
+    )
+    _offline_arg(p)
 
 
 def _checkpoint_arg(p: argparse.ArgumentParser) -> None:

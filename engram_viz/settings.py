@@ -13,6 +13,8 @@ variable                        meaning (default)
 ``ENGRAM_VIZ_CORPUS_TOKENS``    tokens the notebooks read per corpus file (60,000)
 ``ENGRAM_VIZ_OFFLINE``          ``1``: Hub checkpoints from the local Hub cache only, no network (``--offline``;
                                 ``HF_HUB_OFFLINE=1`` does the same) (unset)
+``ENGRAM_VIZ_ROW_CACHE_MB``     bound of the on-disk cache of table rows read from the Hub, in MiB
+                                (``weights.row_store``; under ``ENGRAM_VIZ_CACHE``/hub-rows) (4096)
 ``ENGRAM_VIZ_FIGURES_DIR``      where notebooks 07-09 write figures (``out/figures/`` at the repository
                                 root; ``figures`` regenerates the README's)
 ``ENGRAM_VIZ_PAUSE_AT``         tests only: a job stage (``report:tables``, ``corpus:counted``, ``swap``...)
@@ -36,6 +38,7 @@ CHECKPOINT = "ENGRAM_VIZ_CHECKPOINT"
 CORPUS_TOKENS = "ENGRAM_VIZ_CORPUS_TOKENS"
 FIGURES_DIR = "ENGRAM_VIZ_FIGURES_DIR"
 OFFLINE = "ENGRAM_VIZ_OFFLINE"
+ROW_CACHE_MB = "ENGRAM_VIZ_ROW_CACHE_MB"
 PAUSE_AT = "ENGRAM_VIZ_PAUSE_AT"
 PAUSE_S = 300.0  # long enough for a test to interrupt the job; it goes on afterwards
 
@@ -78,6 +81,18 @@ def corpus_tokens(default: int) -> int:
     if value <= 0:
         raise SettingError(f"${CORPUS_TOKENS}={raw!r}: expected a positive integer (tokens per file)")
     return value
+
+
+def row_cache_bytes(default_mb: int = 4096) -> int:
+    """``$ENGRAM_VIZ_ROW_CACHE_MB`` (a non-negative number of MiB; 0: keep no rows) in bytes."""
+    raw = os.environ.get(ROW_CACHE_MB)
+    try:
+        mb = float(raw) if raw else float(default_mb)
+    except ValueError:
+        mb = -1.0
+    if not mb >= 0:
+        raise SettingError(f"${ROW_CACHE_MB}={raw!r}: expected a non-negative number of MiB (the row cache's bound)")
+    return int(mb * 2**20)
 
 
 def figures_dir() -> Path | None:

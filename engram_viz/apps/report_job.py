@@ -17,7 +17,7 @@ checkpoint folder (None: ``$ENGRAM_VIZ_CHECKPOINT``, else the embedded default w
                               ``_files.safe_name``: one component inside figures/, unique)
     trace/                    the run's Trace (``Trace.load`` reads it back)
     prompts.<suffix>          a copy of the prompt file that ran
-    manifest.json             provenance (model and weights, stream source, prompt file, versions)
+    manifest.json             provenance (model and weights, streams, prompt file, versions, Hub rows read)
                               and every file written, all paths relative to the folder
 
 The folder is all or nothing (``engram_viz._files.atomic_folder``): the run is built in a hidden
@@ -192,6 +192,8 @@ def _provenance(
         "python": platform.python_version(),
         "created": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "missing_glyphs": missing_glyphs,
+        # a Hub checkpoint: the rows read from the Hub and from the row cache, per tensor (weights.remote_rows)
+        "hub_rows": reads.summary() if (reads := getattr(pipe.checkpoint, "remote_reads", None)) else None,
     }
 
 

@@ -9,5 +9,8 @@ from engram_viz.weights.resolve import weights_config
 
 
 def config_of(args: argparse.Namespace) -> EngramConfig:
-    """``--config`` loaded, or the config of the weights the one rule picks when it is not given."""
-    return load_config(args.config) if args.config is not None else weights_config()
+    """``--config`` loaded, else the config of ``--checkpoint`` (of a Hub repository its
+    ``config.json`` alone), else of the weights the one rule picks."""
+    if args.config is not None:
+        return load_config(args.config)
+    return weights_config(getattr(args, "checkpoint", None))

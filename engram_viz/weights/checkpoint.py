@@ -4,7 +4,9 @@
 every tensor the config needs (``validate.py``; names, dtypes and shapes in ``core/schema.py``)
 and loads it: tables lazily (``LazyTable``), the token embedding lazily (``TokenEmbedding``), the
 small tensors (``wkv``, ``q_weight``, ``k_weight``) eagerly, each checked for NaN/Inf
-(``finite.py``; table and embedding rows are checked when gathered). Every problem raises a
+(``finite.py``; table and embedding rows are checked when gathered). A Hub checkpoint's Engram
+shards stay on the Hub: their rows are read by byte ranges (``remote_rows.py``) and
+``Checkpoint.remote_reads`` counts what came from the Hub and what from the row cache. Every problem raises a
 ``CheckpointError`` naming the file and the tensor.
 """
 
@@ -18,8 +20,8 @@ import torch
 from engram_viz.config import EngramConfig
 from engram_viz.core.schema import EMBED_NAME, engram_names
 from engram_viz.weights.embedding import TokenEmbedding
-from engram_viz.weights.nonfinite import read_checked
-from engram_viz.weights.rows import LazyRows
+from engram_viz.weights.hub_shards import is_remote_shard
+from engram_viz.weights.remote_rows import RemoteReads, read_small, tensor_rows
 from engram_viz.weights.safetensors import TensorInfo
 from engram_viz.weights.scan import LAYOUT_HF, scan_checkpoint
 from engram_viz.weights.schema_check import resolve_config, validated_parts
@@ -62,6 +64,7 @@ class Checkpoint:
     tokenizer_path: Path | None = None
     layout: str = LAYOUT_HF
     files: tuple[Path, ...] = field(default_factory=tuple)
+    remote_reads: RemoteReads | None = None  # what was read from shards left on the Hub, and from the row cache
 
     def layer(self, layer_id: int) -> EngramWeights:
         """The weights of Engram layer ``layer_id``; ``KeyError`` naming the Engram layers otherwise."""
@@ -73,23 +76,29 @@ class Checkpoint:
 
 
 def _open_layer(
-    parts: dict[str, list[TensorInfo]], layer_id: int, rows: int, where: Path, prefix: str, synthetic: bool
+    parts: dict[str, list[TensorInfo]],
+    layer_id: int,
+    rows: int,
+    where: Path,
+    prefix: str,
+    synthetic: bool,
+    reads: RemoteReads,
 ) -> EngramWeights:
     """Layer ``layer_id``'s weights from its checked tensor parts: the table lazy, the rest read."""
     names = engram_names(layer_id)
     table = LazyTable(
-        LazyRows(parts[names["table_weight"]], num_rows=rows),
-        LazyRows(parts[names["table_scale"]], num_rows=rows),
+        tensor_rows(parts[names["table_weight"]], rows, reads),
+        tensor_rows(parts[names["table_scale"]], rows, reads),
         label=f"{prefix}table layers.{layer_id}.engram.embed of {where}",
         synthetic=synthetic,
     )
     return EngramWeights(
         layer_id=layer_id,
         table=table,
-        wkv_weight=read_checked(parts[names["wkv_weight"]][0]),
-        wkv_scale=read_checked(parts[names["wkv_scale"]][0]),
-        q_weight=read_checked(parts[names["q_weight"]][0]),
-        k_weight=read_checked(parts[names["k_weight"]][0]),
+        wkv_weight=read_small(parts[names["wkv_weight"]][0], reads),
+        wkv_scale=read_small(parts[names["wkv_scale"]][0], reads),
+        q_weight=read_small(parts[names["q_weight"]][0], reads),
+        k_weight=read_small(parts[names["k_weight"]][0], reads),
     )
 
 
@@ -103,13 +112,14 @@ def open_checkpoint(path: str | Path, config: EngramConfig | str | Path | None =
     synthetic = scan.synthetic
     label = scan.label(cfg)
     prefix = "SYNTHETIC " if synthetic else ""
+    reads = RemoteReads()
     layers = {
-        layer_id: _open_layer(parts, layer_id, rows, scan.path, prefix, synthetic)
+        layer_id: _open_layer(parts, layer_id, rows, scan.path, prefix, synthetic, reads)
         for layer_id, rows in zip(cfg.engram_layer_ids, cfg.engram_num_embeddings)
     }
     if EMBED_NAME in parts:
         embed = TokenEmbedding(
-            LazyRows(parts[EMBED_NAME], num_rows=cfg.vocab_size),
+            tensor_rows(parts[EMBED_NAME], cfg.vocab_size, reads),
             label=f"{prefix}token embedding embed.weight of {scan.path}",
             synthetic=synthetic,
         )
@@ -125,4 +135,5 @@ def open_checkpoint(path: str | Path, config: EngramConfig | str | Path | None =
         tokenizer_path=scan.tokenizer_path,
         layout=scan.layout,
         files=tuple(scan.files),
+        remote_reads=reads if any(is_remote_shard(p) for p in scan.files) else None,
     )

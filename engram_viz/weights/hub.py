@@ -1,12 +1,14 @@
 """Checkpoints on the Hugging Face Hub: ``hf://owner/repo[@revision]``, fetched as far as a run needs.
 
 :func:`hub_folder` reads the repository's index file first (``model.safetensors.index.json``), then
-downloads only the shards its ``weight_map`` places the Engram-path tensors in (tables, ``wkv``,
-the gate weights ``q_weight``/``k_weight``, ``embed.weight``) and, when the streams need them, the
-shards of the blocks asked for (block 0 for ``streams="block0"``), with ``config.json`` and
-``tokenizer.json``. Every file after the index is fetched at the index's commit, so the folder is
-one revision even if the branch moves meanwhile. It returns the local snapshot folder, which the
-rest of the weights layer opens like any checkpoint folder.
+downloads ``config.json``, ``tokenizer.json`` and, only when the streams need them, the shards of the
+blocks asked for (block 0 and ``embed.weight`` for ``streams="block0"``). The Engram-path tensors
+(tables, ``wkv``, the gate weights ``q_weight``/``k_weight``, ``embed.weight``) are not downloaded:
+the scan finds their shards missing from the snapshot folder and reads them by byte ranges
+(``hub_shards.py``: headers; ``remote_rows.py``: the rows a run gathers, kept in a row cache on
+disk). Every file after the index is fetched at the index's commit, so the folder is one revision
+even if the branch moves meanwhile. It returns the local snapshot folder, which the rest of the
+weights layer opens like any checkpoint folder.
 
 Downloads go through ``huggingface_hub`` into its cache (``HF_HUB_CACHE``, ``HF_HOME``; a file is
 fetched once, an interrupted one resumes, each shows a progress bar) with ``HF_ENDPOINT`` and the
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engram_viz import settings
-from engram_viz.core.schema import is_engram_path_name
+from engram_viz.core.schema import EMBED_NAME
 from engram_viz.errors import HubError
 from engram_viz.weights.index import INDEX_FILE, read_json
 
@@ -64,18 +66,19 @@ def parse_hub_ref(text: str) -> HubRef:
 
 
 def shards_needed(weight_map: dict[str, str], blocks: Iterable[int] = ()) -> list[str]:
-    """The shard files holding the Engram-path tensors and every tensor of ``blocks``
-    (``layers.{b}.*``), from an index's ``weight_map`` (tensor name -> shard file)."""
+    """The shard files to download whole: those holding a tensor of ``blocks`` (``layers.{b}.*``)
+    and, with any block, ``embed.weight`` (the blocks' readers take it from its file), from an
+    index's ``weight_map`` (tensor name -> shard file). The Engram layers' tensors are read by rows."""
     prefixes = tuple(f"layers.{b}." for b in blocks)
-    return sorted(
-        {shard for name, shard in weight_map.items() if is_engram_path_name(name) or name.startswith(prefixes)}
-    )
+    if not prefixes:
+        return []
+    return sorted({shard for name, shard in weight_map.items() if name.startswith(prefixes) or name == EMBED_NAME})
 
 
 def hub_folder(checkpoint: str | HubRef, *, blocks: Iterable[int] = (), offline: bool | None = None) -> Path:
-    """The local folder of the Hub checkpoint ``checkpoint`` holding what a run on its Engram layers
-    (and ``blocks``) reads: the index, ``config.json``, the tokenizer and the shards those tensors
-    are in (:func:`shards_needed`), downloaded when not yet in the Hub cache."""
+    """The local snapshot folder of the Hub checkpoint ``checkpoint``: the index, ``config.json``,
+    the tokenizer and the shards ``blocks`` need (:func:`shards_needed`), downloaded when not yet in
+    the Hub cache. The Engram shards stay on the Hub (read by rows, ``remote_rows.py``)."""
     ref = checkpoint if isinstance(checkpoint, HubRef) else parse_hub_ref(checkpoint)
     offline = settings.offline() if offline is None else offline
     index = _fetch(ref, INDEX_FILE, ref.revision, offline)
@@ -98,13 +101,20 @@ def hub_config_file(checkpoint: str | HubRef, *, offline: bool | None = None) ->
     return _fetch(ref, CONFIG_FILE, ref.revision, settings.offline() if offline is None else offline)
 
 
-def hub_name(folder: Path) -> str | None:
-    """``hf://owner/repo@commit`` for a snapshot folder of the Hub cache
-    (``.../models--owner--repo/snapshots/<commit>``), else None: what labels show instead of the path."""
+def hub_snapshot(folder: Path) -> tuple[str, str] | None:
+    """``(repo_id, commit)`` of a snapshot folder of the Hub cache
+    (``.../models--owner--repo/snapshots/<commit>``), else None."""
     repo = folder.parent.parent.name
     if folder.parent.name != "snapshots" or not repo.startswith("models--"):
         return None
-    return f"{HUB_PREFIX}{repo.removeprefix('models--').replace('--', '/', 1)}@{folder.name[:12]}"
+    return repo.removeprefix("models--").replace("--", "/", 1), folder.name
+
+
+def hub_name(folder: Path) -> str | None:
+    """``hf://owner/repo@commit`` for a snapshot folder of the Hub cache, else None: what labels show
+    instead of the path."""
+    found = hub_snapshot(folder)
+    return None if found is None else f"{HUB_PREFIX}{found[0]}@{found[1][:12]}"
 
 
 def _fetch(ref: HubRef, filename: str, revision: str | None, offline: bool, optional: bool = False) -> Path:
@@ -113,7 +123,7 @@ def _fetch(ref: HubRef, filename: str, revision: str | None, offline: bool, opti
     from huggingface_hub import hf_hub_download  # optional at import: only Hub checkpoints need it
     from huggingface_hub.errors import EntryNotFoundError
 
-    with _hub_errors(ref, filename, offline):
+    with hub_errors(ref, filename, offline):
         try:
             path = hf_hub_download(
                 ref.repo_id,
@@ -131,7 +141,7 @@ def _fetch(ref: HubRef, filename: str, revision: str | None, offline: bool, opti
 
 
 @contextmanager
-def _hub_errors(ref: HubRef, filename: str, offline: bool) -> Iterator[None]:
+def hub_errors(ref: HubRef | str, filename: str, offline: bool) -> Iterator[None]:
     """huggingface_hub's and the network's exceptions as one :class:`HubError` line each."""
     from huggingface_hub.errors import (
         GatedRepoError,
@@ -153,7 +163,7 @@ def _hub_errors(ref: HubRef, filename: str, offline: bool) -> Iterator[None]:
     except RepositoryNotFoundError:
         raise HubError(f"{ref}: no such repository on the Hub (or a private one: {token})") from None
     except RevisionNotFoundError:
-        raise HubError(f"{ref}: no revision {ref.revision!r} in this repository") from None
+        raise HubError(f"{ref}: no revision {getattr(ref, 'revision', None)!r} in this repository") from None
     except RemoteEntryNotFoundError:
         raise HubError(f"{ref}: the repository holds no {filename}; expected a safetensors checkpoint") from None
     except LocalEntryNotFoundError:

@@ -10,11 +10,12 @@ from pathlib import Path
 from engram_viz.config import ConfigError, EngramConfig
 from engram_viz.core.schema import EMBED_NAME, is_table_name
 from engram_viz.core.tokenizer import EngramTokenizer
-from engram_viz.errors import CheckpointError, EngramVizError
+from engram_viz.errors import CheckpointError, EngramVizError, HubError
 from engram_viz.weights.gguf_file import is_gguf_path
 from engram_viz.weights.gguf_inspect import inspect_gguf
-from engram_viz.weights.nonfinite import read_checked
+from engram_viz.weights.hub_shards import is_remote_shard
 from engram_viz.weights.nonfinite_scan import verify_tensors
+from engram_viz.weights.remote_rows import read_small
 from engram_viz.weights.safetensors import TensorInfo
 from engram_viz.weights.scan import CheckpointScan, scan_checkpoint
 from engram_viz.weights.schema_check import resolve_config, validated_parts
@@ -25,7 +26,7 @@ def _check_small_tensors(parts: dict[str, list[TensorInfo]]) -> None:
     checking them finite; tables and the embedding stay unread (``--verify`` scans them)."""
     for name, tensor_parts in parts.items():
         if not is_table_name(name) and name != EMBED_NAME:
-            read_checked(tensor_parts[0])
+            read_small(tensor_parts[0])  # by rows from the Hub when its shard stayed there
 
 
 def _check_tokenizer(scan: CheckpointScan, cfg: EngramConfig) -> dict | None:
@@ -87,6 +88,12 @@ def inspect_checkpoint(
         out["config"], out["label"] = cfg.name, scan.label(cfg)
         problems = _problems(scan, cfg, out)
     if verify:
+        remote = [f.name for f in scan.files if is_remote_shard(f)]
+        if remote:  # every byte of the tables by byte ranges is no verification anyone wants
+            raise HubError(
+                f"{scan.label(cfg) if cfg else scan.path}: --verify reads every byte of the Engram tensors, and "
+                f"{len(remote)} shards ({remote[0]}, ...) are on the Hub; download the repository and inspect its folder"
+            )
         out["verify"] = verify_tensors(scan, progress=progress)
         problems += _verify_problems(out["verify"], scan.path)
     out["problems"] = problems

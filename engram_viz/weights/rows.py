@@ -100,6 +100,7 @@ class RowSource:
 
     num_rows: int
     cols: int
+    row_bytes: int
     dtype: torch.dtype
     label: str
 

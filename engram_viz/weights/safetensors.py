@@ -158,6 +158,13 @@ def read_safetensors_header(path: str | Path) -> SafetensorsHeader:
     """
     path = Path(path)
     file_size, raw = _read_header_bytes(path)
+    return parse_safetensors_header(path, file_size, raw)
+
+
+def parse_safetensors_header(path: Path, file_size: int, raw: bytes) -> SafetensorsHeader:
+    """The checks of :func:`read_safetensors_header` on a header already read: ``raw`` the JSON bytes
+    after the length prefix of a ``file_size``-byte file named ``path`` (on disk or, ``hub_shards``,
+    on the Hub)."""
     try:
         doc = json.loads(raw.decode("utf-8"))
     except (ValueError, RecursionError) as err:  # bad UTF-8 or JSON, a 5,000-digit number, deep nesting

@@ -9,8 +9,9 @@ Layouts (a folder, or a file inside it):
   with ``part = ceil(rows / n)`` (the last part padded to ``part`` rows, or short). ``embed.weight``
   is row-split the same way or replicated; ``wkv``, ``q_weight`` and ``k_weight`` are replicated.
 
-Index entries must name shards inside the folder (``index.py``). A scan reads headers only; every
-problem raises a ``CheckpointError`` naming the file and the tensor.
+Index entries must name shards inside the folder (``index.py``). A scan reads headers only (those of
+shards a Hub snapshot left on the Hub by byte ranges, ``hub_shards.py``); every problem raises a
+``CheckpointError`` naming the file and the tensor.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from engram_viz.config import EngramConfig
 from engram_viz.core.schema import EMBED_NAME, ENGRAM_RE, is_engram_path_name, is_table_name
 from engram_viz.errors import CheckpointError
 from engram_viz.weights.hub import hub_folder, hub_name, is_hub_ref
+from engram_viz.weights.hub_shards import is_remote_shard, remote_header
 from engram_viz.weights.index import INDEX_FILE, read_json, read_weight_map
 from engram_viz.weights.safetensors import SafetensorsHeader, TensorInfo, read_safetensors_header
 from engram_viz.weights.tiny_folder import checkpoint_label, is_tiny_lm_folder
@@ -145,7 +147,8 @@ def _folder(path: str | Path) -> Path:
 
 def scan_checkpoint(path: str | Path) -> CheckpointScan:
     """Find the Engram-path tensors of a checkpoint folder (headers only, no tensor data); a Hub
-    repository (``hf://owner/repo``) is fetched first (``hub.hub_folder``: its Engram shards)."""
+    repository (``hf://owner/repo``) is fetched first (``hub.hub_folder``: index and config; its Engram
+    shards' headers by byte ranges)."""
     folder = _folder(path)
     mp_files: dict[int, tuple[int, Path]] = {}
     for p in folder.iterdir():
@@ -194,9 +197,12 @@ def _scan_hf_index(folder: Path, index: Path) -> CheckpointScan:
     tensors: dict[str, TensorEntry] = {}
     headers = []
     for shard_path, names in sorted(by_shard.items()):
-        if not shard_path.is_file():
+        if is_remote_shard(shard_path):  # left on the Hub: read by byte ranges
+            header = remote_header(shard_path)
+        elif not shard_path.is_file():
             raise CheckpointError(f"{index}: shard {shard_path} (holding tensor {names[0]!r}) does not exist")
-        header = read_safetensors_header(shard_path)
+        else:
+            header = read_safetensors_header(shard_path)
         headers.append(header)
         for name in names:
             if name not in header.tensors:

@@ -4,7 +4,8 @@ One interface (``EngramTable``), several backings:
 
 - ``InMemoryTable(weight, scale)``: the tensors in memory (any device); gathered rows are checked
   for NaN bytes (``finite.py``), as ``LazyRows`` checks the rows it reads.
-- ``LazyTable``: rows read on demand from one or more safetensors files (two ``LazyRows``), the
+- ``LazyTable``: rows read on demand (two ``RowSource``: ``LazyRows`` from safetensors files, or
+  ``RemoteRows`` by byte ranges from the Hub), the
   rows read lately optionally kept in a small ``RowCache`` (``cache_mb``; off by default: measured
   in ``benchmarks/row_gather.py``, its hits on real text did not pay for its copies).
 - ``ProceduralTable`` (``procedural.py``): row r a fixed function of ``(seed, r)``.
@@ -29,7 +30,7 @@ from engram_viz.core import fp8
 from engram_viz.errors import CheckpointError
 from engram_viz.weights.nonfinite import nonfinite_error, tensor_nonfinite_rows
 from engram_viz.weights.row_cache import RowCache
-from engram_viz.weights.rows import LazyRows, check_row_ids, take_rows, unique_ids
+from engram_viz.weights.rows import LazyRows, RowSource, check_row_ids, take_rows, unique_ids
 from engram_viz.weights.safetensors import read_safetensors_header
 
 DEQUANT_CHUNK_ROWS = 4096  # bounds the float32 temporaries of dequantisation (4 MB each at head_dim 256)
@@ -152,8 +153,8 @@ class LazyTable(EngramTable):
 
     def __init__(
         self,
-        weight: LazyRows,
-        scale: LazyRows,
+        weight: RowSource,
+        scale: RowSource,
         num_rows: int | None = None,
         label: str | None = None,
         synthetic: bool = False,

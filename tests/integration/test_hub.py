@@ -1,18 +1,21 @@
 """Checkpoints from the Hub (``hf://owner/repo``) against a real HTTP server on 127.0.0.1 that speaks
 the Hub's download API (``hub_kit.HubServer``) over a synthetic checkpoint folder: only the planned
-shards are fetched, the Hub cache is honoured, offline uses the cache alone, the results equal the
+files are fetched (the Engram shards never whole: their rows by byte ranges, ``test_remote_rows.py``),
+the Hub cache and the row cache are honoured, offline uses the caches alone, the results equal the
 same folder opened from disk, and a missing, gated or broken repository is one clear line."""
 
 from __future__ import annotations
 
+import json
 import socket
 
 import pytest
 import torch
 from block0_kit import SMALL
-from hub_kit import COMMIT, HubServer, Repo
+from hub_kit import COMMIT, HubServer, Repo, use_hub
 
 from engram_viz.cli import main
+from engram_viz.core.schema import EMBED_NAME, is_engram_path_name
 from engram_viz.errors import HubError
 from engram_viz.run.pipeline import Pipeline
 from engram_viz.weights.checkpoint import open_checkpoint
@@ -41,17 +44,14 @@ def hub(folder, tmp_path, monkeypatch):
         "test/flaky": Repo(folder, drop={_engram_shards(folder)[-1]: "once"}),
     }
     with HubServer(repos) as server:
-        monkeypatch.setenv("HF_ENDPOINT", server.url)
-        monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub-cache"))
-        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))  # no stored token
-        monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-        for var in ("HF_TOKEN", "HF_HUB_OFFLINE", "ENGRAM_VIZ_OFFLINE", "ENGRAM_VIZ_CHECKPOINT"):
-            monkeypatch.delenv(var, raising=False)
+        use_hub(server, monkeypatch, tmp_path)
         yield server
 
 
 def _engram_shards(folder) -> list[str]:
-    return shards_needed(read_json(folder / INDEX_FILE, "index file")["weight_map"])
+    """The shards holding the Engram-path tensors (read by rows, never downloaded whole)."""
+    weight_map = read_json(folder / INDEX_FILE, "index file")["weight_map"]
+    return sorted({shard for name, shard in weight_map.items() if is_engram_path_name(name)})
 
 
 def _all_shards(folder) -> set[str]:
@@ -73,13 +73,13 @@ def test_hub_refs_parse_and_bad_ones_are_refused():
             parse_hub_ref(bad)
 
 
-def test_open_checkpoint_fetches_only_the_engram_shards_and_equals_the_folder(hub, folder):
+def test_open_checkpoint_downloads_no_shard_and_equals_the_folder(hub, folder):
     ckpt = open_checkpoint("hf://test/ckpt")
     engram = _engram_shards(folder)
-    block0_only = _all_shards(folder) - set(engram)
-    assert block0_only, "the fixture must hold a shard the Engram layers do not read"
-    fetched = hub.downloads("test/ckpt")
-    assert sorted(fetched) == sorted([INDEX_FILE, "config.json", "tokenizer.json", "SYNTHETIC.json", *engram])
+    assert _all_shards(folder) - set(engram), "the fixture must hold a shard the Engram layers do not read"
+    fetched = [r.file for r in hub.log if r.repo == "test/ckpt" and r.method == "GET" and r.span is None]
+    assert sorted(fetched) == sorted([INDEX_FILE, "config.json", "tokenizer.json", "SYNTHETIC.json"])
+    assert {r.file for r in hub.ranges("test/ckpt")} == set(engram)  # headers and the small tensors, by ranges
     assert ckpt.label.startswith(
         f"SYNTHETIC tiny checkpoint (seed 3; random weights, not trained) at hf://test/ckpt@{COMMIT[:12]}"
     )
@@ -92,9 +92,10 @@ def test_open_checkpoint_fetches_only_the_engram_shards_and_equals_the_folder(hu
         assert torch.equal(mine.q_weight, theirs.q_weight) and torch.equal(mine.k_weight, theirs.k_weight)
         assert _same_rows(mine.table, theirs.table, ids)
 
-    # the Hub cache is honoured: a second open sends no file again, only metadata requests
+    # the Hub cache and the row cache are honoured: a second open sends no file and no byte again
+    sent = hub.downloads("test/ckpt")
     open_checkpoint("hf://test/ckpt")
-    assert hub.downloads("test/ckpt") == fetched
+    assert hub.downloads("test/ckpt") == sent
 
 
 def test_config_and_inspect_read_what_they_need(hub, folder, capsys):
@@ -102,11 +103,17 @@ def test_config_and_inspect_read_what_they_need(hub, folder, capsys):
     assert hub.downloads("test/ckpt") == ["config.json"]  # the config alone, no shard
     assert main(["inspect", "hf://test/ckpt"]) == 0
     assert "every dtype and shape as expected" in capsys.readouterr().out
+    assert main(["inspect", "hf://test/ckpt", "--verify"]) == 2  # every byte by ranges: refused, one line
+    err = capsys.readouterr().err
+    assert "--verify reads every byte of the Engram tensors" in err and err.count("\n") == 1
 
 
 def test_block0_streams_fetch_block0_too_and_gates_equal_the_folder(hub, folder):
     from_hub = Pipeline("hf://test/ckpt", streams="block0").run(PROMPTS).to_frame("gates")
-    assert set(hub.downloads("test/ckpt")) >= _all_shards(folder)
+    weight_map = read_json(folder / INDEX_FILE, "index file")["weight_map"]
+    whole = {r.file for r in hub.log if r.repo == "test/ckpt" and r.method == "GET" and r.span is None}
+    block0 = {shard for name, shard in weight_map.items() if name.startswith("layers.0.") or name == EMBED_NAME}
+    assert whole & _all_shards(folder) == block0 == set(shards_needed(weight_map, [0]))
     from_disk = Pipeline(folder, streams="block0").run(PROMPTS).to_frame("gates")
     assert from_hub["gate"].tolist() == from_disk["gate"].tolist()
 
@@ -131,7 +138,7 @@ def test_offline_uses_the_cache_alone(hub, folder, monkeypatch):
     [
         ("test/missing", "hf://test/missing: no such repository on the Hub (or a private one: set HF_TOKEN"),
         ("test/gated", "hf://test/gated is a gated repository: accept its conditions on the Hub"),
-        ("test/broken", "hf://test/broken: the download of model-00003-of-00003.safetensors broke off"),
+        ("test/broken", f"hf://test/broken@{COMMIT[:12]}/model-00003-of-00003.safetensors: bytes 0-7 could not be"),
         ("test/ckpt@v9", "hf://test/ckpt@v9: no revision 'v9' in this repository"),
     ],
 )
@@ -155,3 +162,21 @@ def test_a_connection_dropped_once_is_retried(hub, folder):
     assert _same_rows(
         ckpt.layer(last).table, local.layer(last).table, torch.arange(local.config.engram_num_embeddings[-1])
     )
+
+
+def test_config_commands_take_a_hub_checkpoint_and_read_its_config_alone(hub, folder, tmp_path, capsys):
+    def run(*argv: str) -> dict:
+        assert main(list(argv)) == 0
+        return json.loads(capsys.readouterr().out)
+
+    for command in (["hash", "Alexander the Great"], ["layout"], ["params"]):
+        from_hub = run(*command, "--checkpoint", "hf://test/ckpt", "--json")
+        from_disk = run(*command, "--checkpoint", str(folder), "--json")
+        from_hub.pop("config", None), from_disk.pop("config", None)  # where the config came from
+        assert from_hub == from_disk and from_hub
+    text = tmp_path / "text.txt"
+    text.write_text("Alexander the Great was a king of Macedon.\n", encoding="utf-8")
+    out = tmp_path / "corpus"
+    assert main(["corpus", str(text), "--out", str(out), "--checkpoint", "hf://test/ckpt", "--quiet"]) == 0
+    assert json.loads((out / "summary.json").read_text())["config"] == open_checkpoint(folder).config.name
+    assert hub.downloads("test/ckpt") == ["config.json"]  # the config alone, fetched once, no shard
