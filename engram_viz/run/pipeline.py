@@ -142,7 +142,7 @@ class Pipeline:
         self.lm: TinyEngramLM | None = None
         self.checkpoint = None
         # None: $ENGRAM_VIZ_CHECKPOINT, else the embedded default; a Hub repository: its local folder
-        checkpoint = resolve_weights(checkpoint, blocks=(0,) if streams == "block0" else ())
+        checkpoint = resolve_weights(checkpoint, streams=streams)
         whole_model = runs_model_whole(streams)
         if isinstance(checkpoint, (str, Path)):
             path = Path(checkpoint)

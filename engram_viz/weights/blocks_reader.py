@@ -21,7 +21,7 @@ import torch
 
 from engram_viz.core.block0_config import dense_tensors, expert_names, expert_tensors
 from engram_viz.core.blocks_config import BlocksConfig, attention_extras
-from engram_viz.core.schema import EMBED_NAME
+from engram_viz.core.schema import EMBED_NAME, ENGRAM_RE
 from engram_viz.errors import CheckpointError
 from engram_viz.weights.block0_reader import Linear, _check, _read_fp4, fp4_gemm, fp8_gemm, locate_tensors
 from engram_viz.weights.embedding import TokenEmbedding
@@ -41,11 +41,12 @@ def _layer_of(name: str) -> int | None:
 
 
 def _locate(folder: Path, n_blocks: int) -> dict[str, TensorInfo]:
-    """Headers of the shards holding ``layers.{n < n_blocks}.*`` and ``embed.weight``: name -> TensorInfo."""
+    """Headers of the shards holding ``layers.{n < n_blocks}.*`` and ``embed.weight``: name -> TensorInfo.
+    A block's Engram tensors are the Pipeline's (read by rows; on the Hub their shards stay remote)."""
 
     def wanted(name: str) -> bool:
         n = _layer_of(name)
-        return name == EMBED_NAME or (n is not None and n < n_blocks)
+        return name == EMBED_NAME or (n is not None and n < n_blocks and not ENGRAM_RE.match(name))
 
     return locate_tensors(folder, wanted, "the blocks")
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engram_viz import settings
-from engram_viz.core.schema import EMBED_NAME
+from engram_viz.core.schema import EMBED_NAME, ENGRAM_RE
 from engram_viz.errors import HubError
 from engram_viz.weights.index import INDEX_FILE, read_json
 
@@ -68,11 +68,13 @@ def parse_hub_ref(text: str) -> HubRef:
 def shards_needed(weight_map: dict[str, str], blocks: Iterable[int] = ()) -> list[str]:
     """The shard files to download whole: those holding a tensor of ``blocks`` (``layers.{b}.*``)
     and, with any block, ``embed.weight`` (the blocks' readers take it from its file), from an
-    index's ``weight_map`` (tensor name -> shard file). The Engram layers' tensors are read by rows."""
+    index's ``weight_map`` (tensor name -> shard file). The Engram layers' tensors are read by rows,
+    so a shard holding only those of a block's Engram (``layers.1.engram.*``) stays on the Hub."""
     prefixes = tuple(f"layers.{b}." for b in blocks)
     if not prefixes:
         return []
-    return sorted({shard for name, shard in weight_map.items() if name.startswith(prefixes) or name == EMBED_NAME})
+    wanted = (n for n in weight_map if n == EMBED_NAME or (n.startswith(prefixes) and not ENGRAM_RE.match(n)))
+    return sorted({weight_map[n] for n in wanted})
 
 
 def hub_folder(checkpoint: str | HubRef, *, blocks: Iterable[int] = (), offline: bool | None = None) -> Path:

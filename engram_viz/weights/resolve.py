@@ -10,7 +10,6 @@ config of the same weights, read without opening them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from pathlib import Path
 
 from engram_viz import settings
@@ -40,14 +39,26 @@ def _chosen(checkpoint: Weights | None) -> Weights | None:
     return DEFAULT_DIR if is_tiny_lm_folder(DEFAULT_DIR) else None
 
 
-def resolve_weights(checkpoint: Weights | None = None, *, blocks: Iterable[int] = ()) -> Weights:
+def resolve_weights(checkpoint: Weights | None = None, *, streams: object = None) -> Weights:
     """The weights to run: ``checkpoint`` when given, else ``$ENGRAM_VIZ_CHECKPOINT``, else the
     embedded default (a folder path, or the synthetic checkpoint opened). A Hub repository gives its
-    local folder with the Engram shards and those of ``blocks`` (block 0 for ``streams="block0"``)."""
+    local folder with the shards the run's ``streams`` need (:func:`hub_blocks`); its Engram tables
+    stay on the Hub, read by rows."""
     chosen = _chosen(checkpoint)
     if chosen is None:
         return synthetic_checkpoint(*SYNTHETIC_DEFAULT)
-    return hub_folder(chosen, blocks=blocks) if is_hub_ref(chosen) else chosen
+    return hub_folder(chosen, blocks=hub_blocks(chosen, streams)) if is_hub_ref(chosen) else chosen
+
+
+def hub_blocks(checkpoint: str | Path, streams: object) -> tuple[int, ...]:
+    """The blocks whose shards a Hub checkpoint downloads for ``streams``: block 0 for ``"block0"``,
+    every block before the last Engram layer for ``"model"`` (its config.json read first), none
+    for streams of their own (embedding, a captured file, a callable)."""
+    if streams == "block0":
+        return (0,)
+    if streams == "model":
+        return tuple(range(max(weights_config(checkpoint).engram_layer_ids)))
+    return ()
 
 
 def weights_config(checkpoint: Weights | None = None) -> EngramConfig:

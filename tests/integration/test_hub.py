@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import socket
 
+import blocks_kit
 import pytest
 import torch
 from block0_kit import SMALL
@@ -115,6 +116,28 @@ def test_block0_streams_fetch_block0_too_and_gates_equal_the_folder(hub, folder)
     block0 = {shard for name, shard in weight_map.items() if name.startswith("layers.0.") or name == EMBED_NAME}
     assert whole & _all_shards(folder) == block0 == set(shards_needed(weight_map, [0]))
     from_disk = Pipeline(folder, streams="block0").run(PROMPTS).to_frame("gates")
+    assert from_hub["gate"].tolist() == from_disk["gate"].tolist()
+
+
+def test_model_streams_fetch_the_blocks_before_the_last_engram_layer_and_equal_the_folder(tmp_path, monkeypatch):
+    """streams="model" downloads embed + blocks 0 .. last Engram layer - 1, never an Engram shard
+    (layer 1's Engram tensors share block 1's prefix) nor a later block's; gates equal the folder's."""
+    folder = blocks_kit.write(tmp_path / "blocks", 64, seed=0)
+    weight_map = read_json(folder / INDEX_FILE, "index file")["weight_map"]
+    last = max(blocks_kit.ENGRAM_LAYERS)
+    prompt = {"id": "p", "input_ids": blocks_kit.prompt(40, seed=1)[0][0]}
+    with HubServer({"test/blocks": Repo(folder)}) as server:
+        use_hub(server, monkeypatch, tmp_path)
+        from_hub = Pipeline("hf://test/blocks", streams="model").run([prompt]).to_frame("gates")
+        whole = {r.file for r in server.log if r.method == "GET" and r.span is None}
+    fetched = whole & _all_shards(folder)
+    assert (
+        fetched
+        == set(shards_needed(weight_map, range(last)))
+        == {weight_map[EMBED_NAME]} | {f"model-block{b}.safetensors" for b in range(last)}
+    )
+    assert not fetched & (set(_engram_shards(folder)) - {weight_map[EMBED_NAME]})
+    from_disk = Pipeline(folder, streams="model").run([prompt]).to_frame("gates")
     assert from_hub["gate"].tolist() == from_disk["gate"].tolist()
 
 
