@@ -249,7 +249,11 @@ def _add_cache_sim(p: argparse.ArgumentParser) -> None:
 
 def _add_report(p: argparse.ArgumentParser) -> None:
     _checkpoint_arg(p)
-    p.add_argument("--prompts", default=None, help="prompt JSONL file (default: data/prompts/default.jsonl)")
+    p.add_argument(
+        "--prompts",
+        default=None,
+        help="prompt JSONL file (default: data/prompts/default.jsonl; paper.jsonl off the tiny LM)",
+    )
     p.add_argument("--out", default="out/report", help="output folder (default: out/report)")
     p.add_argument(
         "--streams",
