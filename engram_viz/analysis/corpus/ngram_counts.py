@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 
 from engram_viz._files import read_npz, write_npz
-from engram_viz.analysis.corpus.keys import KEY_BITS, check_order, pack_ngrams, unpack_ngrams
+from engram_viz.analysis.corpus.keys import KEY_BITS, check_order, pack_ngrams, pack_windows, unpack_ngrams
 from engram_viz.analysis.corpus.spill import KEY_BYTES, SpillStore, merge_sorted, parse_memory_limit
-from engram_viz.analysis.corpus.windows import bool_mask, sequence_windows, window_ngrams
+from engram_viz.analysis.corpus.windows import bool_mask, sequence_windows
 from engram_viz.config import EngramConfig, load_config
 from engram_viz.errors import CorpusError, InputError
 
@@ -79,9 +79,8 @@ class NgramCounts:
         self.version += 1
         if not len(w):
             return
-        for n in self.orders:
-            group, lo = pack_ngrams(window_ngrams(w, n))
-            groups = np.unique(group) if n * KEY_BITS > 64 else np.zeros(1, np.uint8)
+        for n, (group, lo) in pack_windows(w, self.orders).items():
+            groups = np.flatnonzero(np.bincount(group)) if n * KEY_BITS > 64 else np.zeros(1, np.uint8)
             for g in groups:
                 sel = lo if len(groups) == 1 else lo[group == g]
                 keys, counts = np.unique(sel, return_counts=True)

@@ -84,11 +84,16 @@ def _slots(
         pos = idx + context.run
     ext = np.concatenate([context.tail, c])
     sources = np.empty((n, max_ngram), dtype=np.int64)
-    blocked = np.zeros((n, max_ngram), dtype=bool)
     for s in range(max_ngram):
         sources[:, s] = ext[k - s : k - s + n]
-        # sticky: blocked at s when s reaches before the start or onto DEAD, or blocked at s - 1
-        blocked[:, s] = (pos < s) | (sources[:, s] == DEAD) | (blocked[:, s - 1] if s else False)
+    # sticky: blocked at s when s reaches before the start (pos < s, itself sticky in s) or onto DEAD
+    # at any look-back up to s; only the first k positions of a sequence can reach before its start
+    blocked = np.zeros((n, max_ngram), dtype=bool)
+    near = np.flatnonzero(pos < k)
+    blocked[near] = pos[near, None] < np.arange(max_ngram)
+    dead = sources == DEAD
+    if dead.any():
+        blocked |= np.logical_or.accumulate(dead, axis=1)
     new_context = WindowContext(ext[len(ext) - k :].copy(), int(pos[-1]) + 1 if n else context.run)
     return sources, blocked, new_context
 
@@ -108,8 +113,9 @@ def ngram_windows(
     Returns ``(windows int64 [N, max_ngram], context for the next chunk)``.
     """
     c = np.asarray(compressed, dtype=np.int64)
-    sources, blocked, new_context = _slots(c, seq_start, max_ngram, pad_id, context)
-    return np.where(blocked, pad_id, sources), new_context
+    windows, blocked, new_context = _slots(c, seq_start, max_ngram, pad_id, context)
+    np.putmask(windows, blocked, pad_id)  # the sources array is _slots' own: padded in place
+    return windows, new_context
 
 
 class StreamWindows:
