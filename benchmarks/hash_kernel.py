@@ -22,7 +22,7 @@ import torch
 from reference_hash import ReferenceHash
 
 from engram_viz.analysis.corpus.row_id_kernel import compiled_rows
-from engram_viz.analysis.corpus.row_ids import rows_from_windows
+from engram_viz.analysis.corpus.row_ids import row_dtype, rows_from_windows
 from engram_viz.analysis.corpus.windows import StreamWindows
 from engram_viz.config import load_config
 from engram_viz.core.layout import EngramLayout
@@ -50,7 +50,7 @@ def main() -> None:
     reference = ReferenceHash(layout, token_map, 1, n)
     stream = StreamWindows(cfg, token_map)
     kernel_loaded = compiled_rows(layout) is not None  # compiled once per process, not timed
-    reused = np.empty((n, len(layout.layer_ids), layout.n_hash_cols), dtype=np.int64)
+    reused = np.empty((n, len(layout.layer_ids), layout.n_hash_cols), dtype=row_dtype(layout))
     runs = {
         "reference (literal torch, one call)": lambda: reference(torch.from_numpy(ids)[None], 0).numpy()[0],
         "ours, fresh output": lambda: rows_from_windows(layout, stream(ids, starts)),
