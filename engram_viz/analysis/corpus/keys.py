@@ -71,11 +71,12 @@ def pack_windows(windows: np.ndarray, orders) -> dict[int, tuple[np.ndarray, np.
     return out
 
 
-def unpack_ngrams(group: int | np.ndarray, lo: np.ndarray, order: int) -> np.ndarray:
-    """Inverse of :func:`pack_ngrams`: int64 ``[N, order]``, oldest first."""
+def unpack_ngrams(group: int | np.ndarray, lo: np.ndarray, order: int, out: np.ndarray | None = None) -> np.ndarray:
+    """Inverse of :func:`pack_ngrams`: int64 ``[N, order]``, oldest first (written into ``out``,
+    int64 ``[N, order]``, when given: e.g. one group's rows of a larger array)."""
     check_order(order)
     lo = np.asarray(lo, dtype=np.uint64)
-    out = np.empty((len(lo), order), dtype=np.int64)
+    out = np.empty((len(lo), order), dtype=np.int64) if out is None else out
     field = np.uint64((1 << KEY_BITS) - 1)
     for i in range(order):
         shift = KEY_BITS * (order - 1 - i)

@@ -8,27 +8,21 @@ offsets as literal constants, so the compiler turns each ``% prime`` into a mult
 precomputed reciprocal and a shift (no hardware division), and unrolls the columns.
 ``compiled_rows`` returns None without numba (``pip install numba``); the numpy path is then
 used. Compiling takes about a second, so the caller uses the kernel only for large inputs, and
-it is compiled once per layout and machine: the generated source is kept as a file in
-``settings.cache_dir()/numba/`` (``$ENGRAM_VIZ_CACHE``; named by its sha256, with a checksum
-sidecar, ``_cache``) and numba keeps the compiled kernel beside it (``cache=True``: its
-``__pycache__``), so a later process loads it instead of compiling. Bit-identity to the numpy
+it is compiled once per layout and machine (``_compiled``: the generated source kept in
+``settings.cache_dir()/numba/``, numba's compiled kernel beside it), so a later process loads it
+instead of compiling. Bit-identity to the numpy
 path and the reference is tested.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
-import importlib.util
-import sys
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 
-from engram_viz._cache import cached_path, is_verified
+from engram_viz._compiled import compiled_kernel
 from engram_viz.core.layout import EngramLayout
-from engram_viz.settings import cache_dir
 
 
 def _source(multipliers: tuple, primes: tuple, offsets: tuple, max_ngram: int, n_heads: int) -> str:
@@ -51,33 +45,13 @@ def _source(multipliers: tuple, primes: tuple, offsets: tuple, max_ngram: int, n
     return "\n".join(lines) + "\n"
 
 
-def _kernel_file(source: str) -> Path:
-    """The generated source as a file in ``cache_dir()/numba/`` named by its sha256, written once:
-    a rewrite would change its time stamp, which numba's cache checks, and compile again."""
-    path = cache_dir() / "numba" / f"row_kernel_{hashlib.sha256(source.encode()).hexdigest()[:24]}.py"
-    if not (is_verified(path) and path.read_text(encoding="utf-8") == source):
-        path.parent.mkdir(exist_ok=True)
-        with cached_path(path, suffix=".tmp.py") as tmp:
-            tmp.write_text(source, encoding="utf-8")
-    return path
-
-
 @functools.lru_cache(maxsize=8)
 def _compile(
     multipliers: tuple, primes: tuple, offsets: tuple, max_ngram: int, n_heads: int, out_type: str
 ) -> Callable | None:
-    try:
-        import numba
-    except ImportError:
-        return None
-    path = _kernel_file(_source(multipliers, primes, offsets, max_ngram, n_heads))
-    spec = importlib.util.spec_from_file_location(f"engram_viz_{path.stem}", path)
-    assert spec is not None and spec.loader is not None  # a .py file always has a loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # numba's cache finds the kernel's module by name when it loads it
-    spec.loader.exec_module(module)  # the generated source above, read back from its file
+    source = _source(multipliers, primes, offsets, max_ngram, n_heads)
     signature = f"void(int64[:, ::1], {out_type}[:, ::1])"
-    return numba.njit(signature, nogil=True, boundscheck=False, cache=True)(module.kernel)
+    return compiled_kernel(source, "row_kernel", "kernel", signature, nogil=True, boundscheck=False)
 
 
 def compiled_rows(layout: EngramLayout, out_dtype=np.int64) -> Callable[[np.ndarray, np.ndarray], None] | None:

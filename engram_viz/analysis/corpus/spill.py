@@ -65,21 +65,38 @@ def parse_memory_limit(value: str | int | None) -> int | None:
     return size
 
 
+def _merge_two(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Two sorted unique runs into one: ``b``'s keys go to their insertion points in ``a`` (one
+    search, keys ascending), each before an equal key of ``a``, whose counts are then summed
+    into one (no sort, no gather)."""
+    (ak, ac), (bk, bc) = a, b
+    n = len(ak) + len(bk)
+    at = np.searchsorted(ak, bk)
+    at += np.arange(len(bk))  # b's places in the merged run
+    from_a = np.ones(n, dtype=bool)
+    from_a[at] = False
+    keys, counts = np.empty(n, dtype=np.uint64), np.empty(n, dtype=np.int64)
+    keys[at], counts[at] = bk, bc
+    keys[from_a], counts[from_a] = ak, ac
+    equal = np.flatnonzero(keys[1:] == keys[:-1])  # a key of b, then the same key of a
+    if len(equal):
+        counts[equal] += counts[equal + 1]
+        keep = np.ones(n, dtype=bool)
+        keep[equal + 1] = False
+        keys, counts = keys[keep], counts[keep]
+    return keys, counts
+
+
 def merge_sorted(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    """Merge sorted unique (keys, counts) runs: sum the counts of equal keys."""
-    parts = [p for p in parts if len(p[0])]
-    if not parts:
+    """Merge sorted unique (keys, counts) runs: sum the counts of equal keys. Runs are merged in
+    pairs, the two shortest first (as a Huffman tree: each key is copied about log(runs) times)."""
+    runs = sorted((p for p in parts if len(p[0])), key=lambda p: len(p[0]))
+    if not runs:
         return np.empty(0, np.uint64), np.empty(0, np.int64)
-    if len(parts) == 1:
-        return parts[0]
-    keys = np.concatenate([p[0] for p in parts])
-    counts = np.concatenate([p[1] for p in parts])
-    order = np.argsort(keys, kind="stable")  # timsort: linear-ish on a few sorted runs
-    keys, counts = keys[order], counts[order]
-    first = np.ones(len(keys), dtype=bool)
-    first[1:] = keys[1:] != keys[:-1]
-    starts = np.flatnonzero(first)
-    return keys[starts], np.add.reduceat(counts, starts)
+    while len(runs) > 1:
+        merged = _merge_two(runs[0], runs[1])
+        runs = sorted([*runs[2:], merged], key=lambda p: len(p[0]))
+    return runs[0]
 
 
 @dataclass
