@@ -188,6 +188,7 @@ def count_corpus(
             if not going:
                 break
         stats.truncated = not going  # stopped at max_tokens (the input may have ended there too)
+        counts.flush()
     finally:
         bar.close()
     stats.elapsed_s = time.perf_counter() - t0

@@ -20,7 +20,7 @@ import numpy as np
 
 from engram_viz._compiled import compiled_kernel
 
-RADIX_MIN = 1 << 20  # keys from which the compiled radix sort is used: past the cost of loading numba and the kernel
+RADIX_MIN = 1 << 18  # keys from which the compiled radix sort is used: past the cost of loading numba and the kernel
 DIGIT_BITS = 12  # bits per radix pass: 4,096 counters stay in L1
 
 

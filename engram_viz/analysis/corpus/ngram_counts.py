@@ -109,6 +109,11 @@ class NgramCounts:
         windows, mask = sequence_windows(compressed, self.pad_id, self.config.engram_max_ngram_size, token_mask)
         self.add_windows(windows, mask)
 
+    def flush(self) -> None:
+        """Merge the keys still pending into the sorted store now (reading does it anyway): the
+        counting's last merge, done where the counting ends."""
+        self._flush()
+
     def _flush(self) -> None:
         for n in self.orders:
             for g, parts in self._pending[n].items():
