@@ -6,7 +6,8 @@ source file, so :func:`compiled_kernel` writes the kernel's Python source into
 sidecar, ``_cache``: a rewrite would change the time stamp numba's cache checks), loads it as a
 module and compiles its function with ``cache=True``: numba keeps the machine code in that
 folder's ``__pycache__``, and a later process loads it instead of compiling (a second or more a
-kernel). Without numba it returns None and the caller takes its numpy path.
+kernel). Where the cache folder cannot be written, the kernel is compiled for the process alone;
+without numba it returns None and the caller takes its numpy path.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from engram_viz._cache import cached_path, is_verified
+from engram_viz.errors import SettingError
 from engram_viz.settings import cache_dir
 
 
@@ -38,7 +40,12 @@ def compiled_kernel(source: str, stem: str, function: str, signature: str, **opt
         import numba
     except ImportError:
         return None
-    path = _source_file(source, stem)
+    try:
+        path = _source_file(source, stem)
+    except (OSError, SettingError):  # no writable cache folder: compiled for this process only
+        namespace: dict = {}
+        exec(compile(source, f"<{stem}>", "exec"), namespace)  # noqa: S102 - the kernel's own source
+        return numba.njit(signature, **options)(namespace[function])
     spec = importlib.util.spec_from_file_location(f"engram_viz_{path.stem}", path)
     assert spec is not None and spec.loader is not None  # a .py file always has a loader
     module = importlib.util.module_from_spec(spec)
