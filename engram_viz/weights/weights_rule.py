@@ -23,15 +23,15 @@ from engram_viz.weights.scan import scan_checkpoint
 from engram_viz.weights.schema_check import resolve_config
 from engram_viz.weights.tiny_folder_files import DEFAULT_DIR, is_tiny_lm_folder
 
-if TYPE_CHECKING:
-    from engram_viz.weights.checkpoint import Checkpoint
-
-    Weights = str | Path | Checkpoint
+if TYPE_CHECKING:  # an opened checkpoint may be passed; its module (torch) is not imported here
+    import engram_viz.weights.checkpoint
 
 SYNTHETIC_DEFAULT = ("tiny", 0)  # (config, seed) of the default when data/tiny-engram is missing
 
 
-def chosen_weights(checkpoint: Weights | None) -> Weights | None:
+def chosen_weights(
+    checkpoint: str | Path | engram_viz.weights.checkpoint.Checkpoint | None,
+) -> str | Path | engram_viz.weights.checkpoint.Checkpoint | None:
     """The rule's answer as a folder or an opened checkpoint; None: the synthetic default."""
     if checkpoint is not None:
         return checkpoint
@@ -41,7 +41,7 @@ def chosen_weights(checkpoint: Weights | None) -> Weights | None:
     return DEFAULT_DIR if is_tiny_lm_folder(DEFAULT_DIR) else None
 
 
-def weights_config(checkpoint: Weights | None = None) -> EngramConfig:
+def weights_config(checkpoint: str | Path | engram_viz.weights.checkpoint.Checkpoint | None = None) -> EngramConfig:
     """The config of ``resolve.resolve_weights(checkpoint)``, from its ``config.json`` and tensor
     headers (no weights read): what ``hash``, ``layout``, ``params`` and ``corpus`` use without
     ``--config``, so their row ids are the ones a run on the same weights shows."""
