@@ -4,8 +4,9 @@ Each run is a fresh ``python -m engram_viz.cli corpus FILE --out DIR`` pinned to
 machines here are shared: CPU time stays close to the work done where wall time does not). A
 small driver wraps the job's own steps to split the process's CPU time into start-up (interpreter,
 imports, config, tokenizer: everything before counting starts), counting (read, tokenize,
-windows, counts), analysis (every row-usage and collision table, decoded) and writing (tables and
-summary.json, the folder swapped in). Corpora: the default corpus, and a mixed corpus cut at
+windows, counts; of which "fastok." is building the fastokens tokenizer, once per process), analysis
+(every row-usage and collision table, decoded) and writing (tables and summary.json, the folder
+swapped in). Corpora: the default corpus, and a mixed corpus cut at
 ``--tokens`` (the default corpus, fortunes-zh and song/tang poems where installed, and Python
 source as code-like text, concatenated in that order). ``--before TREE`` runs a second package
 tree (e.g. ``git archive <commit> engram_viz data | tar -x -C TREE``) on the same corpora, side by
@@ -41,6 +42,14 @@ def wrap(name, fn, mark_in, mark_out=None):
     setattr(job, name, inner)
 wrap("count_corpus", job.count_corpus, "count_in", "count_out")
 wrap("write_table", job.write_table, "write_in")
+import engram_viz.core.tokenizer as tokenizer_module
+build = tokenizer_module.fast_batch_backend
+def timed_build(*a, **k):
+    t0 = time.process_time()
+    out = build(*a, **k)
+    marks["tok_build"] = marks.get("tok_build", 0.0) + time.process_time() - t0
+    return out
+tokenizer_module.fast_batch_backend = timed_build
 from engram_viz.cli import main
 code = main(sys.argv[1:])
 marks["end"] = time.process_time()
@@ -78,6 +87,7 @@ def run(tree: Path, files: list[str], out: Path, tokens: int | None) -> dict:
         "tokens": summary["tokens"],
         "startup": marks["count_in"],
         "counting": marks["count_out"] - marks["count_in"],
+        "tok_build": marks.get("tok_build", 0.0),
         "analysis": marks["write_in"] - marks["count_out"],
         "writing": marks["end"] - marks["write_in"],
         "total": marks["end"],
@@ -105,7 +115,7 @@ def main() -> None:
             f"mixed, {args.tokens:,} tokens": ([str(mixed_corpus(Path(tmp) / "mixed.txt"))], args.tokens),
         }
         print(
-            f"{'corpus':<26}{'tree':<8}{'tokens':>12}{'start-up':>10}{'counting':>10}{'analysis':>10}"
+            f"{'corpus':<26}{'tree':<8}{'tokens':>12}{'start-up':>10}{'counting':>10}{'(fastok.)':>10}{'analysis':>10}"
             f"{'writing':>9}{'total':>8}  tokens/CPU-s"
         )
         for name, (files, tokens) in corpora.items():
@@ -114,7 +124,7 @@ def main() -> None:
                 outs[label] = Path(tmp) / f"{label}-{len(outs)}-{abs(hash(name))}"
                 r = run(tree, files, outs[label], tokens)
                 print(
-                    f"{name:<26}{label:<8}{r['tokens']:>12,}{r['startup']:>10.2f}{r['counting']:>10.2f}"
+                    f"{name:<26}{label:<8}{r['tokens']:>12,}{r['startup']:>10.2f}{r['counting']:>10.2f}{r['tok_build']:>10.2f}"
                     f"{r['analysis']:>10.2f}{r['writing']:>9.2f}{r['total']:>8.2f}  {r['tokens'] / r['total']:>12,.0f}"
                 )
             if len(outs) == 2:

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what a type checker and an editor see; at run time each name is imported on first use
     from engram_viz import viz
-    from engram_viz.analysis.corpus.counting import corpus_sample
+    from engram_viz.analysis.corpus.corpus_sample import corpus_sample
     from engram_viz.analysis.corpus.ngram_text import NgramDecoder
     from engram_viz.analysis.edits.localisation import ENTITY_PROMPT, localise_entities
     from engram_viz.analysis.edits.row_lens import position_lens, row_lens
@@ -88,7 +88,7 @@ if TYPE_CHECKING:  # what a type checker and an editor see; at run time each nam
 # engram_viz`` (and so the ``engram-viz`` command's parser) costs no torch, pandas or matplotlib
 # until a name is used; the widget stack (ipywidgets) stays optional the same way.
 _NAMES = {
-    "corpus_sample": "engram_viz.analysis.corpus.counting",
+    "corpus_sample": "engram_viz.analysis.corpus.corpus_sample",
     "NgramDecoder": "engram_viz.analysis.corpus.ngram_text",
     "ENTITY_PROMPT": "engram_viz.analysis.edits.localisation",
     "localise_entities": "engram_viz.analysis.edits.localisation",

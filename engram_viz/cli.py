@@ -419,7 +419,7 @@ COMMANDS: dict[str, Command] = {
         "corpus",
         "row-cache hit rate against size per policy (libCacheSim) and the disk the misses need",
         _add_cache_sim,
-        "engram_viz.commands.corpus_command:cache_sim",
+        "engram_viz.commands.cache_sim_command:cache_sim",
         "engram-viz cache-sim --out out/caches --policy LRU,S3-FIFO,Belady --sizes 16384,4MiB,25GB",
     ),
     "app": Command(

@@ -20,7 +20,7 @@ from engram_viz.weights.tables import EngramTable
 
 SHARD = "model-{:05d}-of-00003.safetensors"  # the synthetic hf layout's shards
 V41_ROWS = 384_016_682  # layer 14's table, the larger one
-TORCH_TO_SAFETENSORS = {dt: name for name, (dt, _) in SAFETENSORS_DTYPES.items()}
+TORCH_TO_SAFETENSORS = {getattr(torch, dt): name for name, (dt, _) in SAFETENSORS_DTYPES.items()}
 
 
 def raw(t: torch.Tensor) -> torch.Tensor:

@@ -50,7 +50,7 @@ from engram_viz.core.tokenizer import get_tokenizer
 from engram_viz.errors import CacheSimError
 from engram_viz.viz.cache_plots import hit_rate_vs_size
 from engram_viz.viz.export import export_all
-from engram_viz.weights.resolve import weights_config
+from engram_viz.weights.weights_rule import weights_config
 
 IO_POLICIES = ("LRU", "Belady")  # the miss streams measured for page I/O by default (per-request: slow)
 

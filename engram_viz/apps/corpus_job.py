@@ -46,7 +46,7 @@ from engram_viz.analysis.row_stats.collisions import CollisionStats, analyse_tog
 from engram_viz.analysis.row_stats.usage import RowUsage
 from engram_viz.config import EngramConfig, load_config
 from engram_viz.core.tokenizer import get_tokenizer
-from engram_viz.weights.resolve import weights_config
+from engram_viz.weights.weights_rule import weights_config
 
 
 def peak_rss_mb() -> float:

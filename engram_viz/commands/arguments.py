@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from engram_viz.config import EngramConfig, load_config
-from engram_viz.weights.resolve import weights_config
+from engram_viz.weights.weights_rule import weights_config
 
 
 def config_of(args: argparse.Namespace) -> EngramConfig:

@@ -74,7 +74,7 @@ def tensor_shapes(config: EngramConfig | str, layer_id: int) -> dict[str, tuple[
         raise InputError(f"layer {layer_id} is not an Engram layer; expected one of {list(config.engram_layer_ids)}")
     prefix = f"layers.{layer_id}.engram."
     return {
-        name.removeprefix(prefix): (shape, SAFETENSORS_DTYPES[dtype][0])
+        name.removeprefix(prefix): (shape, getattr(torch, SAFETENSORS_DTYPES[dtype][0]))
         for name, (dtype, shape) in expected_tensors(config).items()
         if name.startswith(prefix)
     }

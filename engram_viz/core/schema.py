@@ -18,7 +18,9 @@ The vision path's names (``vision.*``, ``aligner.*``, ``image_start`` / ``image_
 ``image_newline``) and shapes are in :func:`vision_tensors`.
 
 Pure naming: no file is read here. ``SAFETENSORS_DTYPES`` maps the safetensors dtype strings to
-torch dtypes and their sizes. ``GGUF_NAMES`` holds the names of the same tensors and of the Engram
+the names of their torch dtypes and their sizes (names: this module imports no torch, so the
+header readers and the corpus path do not either; ``safetensors.torch_dtype_of`` gives the dtype).
+``GGUF_NAMES`` holds the names of the same tensors and of the Engram
 constants in a GGUF file (llama.cpp's V4.1 converters), which a fork that names them otherwise
 overrides through ``gguf_names``.
 """
@@ -28,27 +30,25 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-import torch
-
 from engram_viz.config import FP8_BLOCK_SIZE, EngramConfig
 from engram_viz.core.vision_config import VisionConfig
 from engram_viz.errors import InputError
 
-# safetensors dtype string -> (torch dtype, bytes per element)
-SAFETENSORS_DTYPES: dict[str, tuple[torch.dtype, int]] = {
-    "F64": (torch.float64, 8),
-    "F32": (torch.float32, 4),
-    "F16": (torch.float16, 2),
-    "BF16": (torch.bfloat16, 2),
-    "I64": (torch.int64, 8),
-    "I32": (torch.int32, 4),
-    "I16": (torch.int16, 2),
-    "I8": (torch.int8, 1),
-    "U8": (torch.uint8, 1),
-    "BOOL": (torch.bool, 1),
-    "F8_E4M3": (torch.float8_e4m3fn, 1),
-    "F8_E5M2": (torch.float8_e5m2, 1),
-    "F8_E8M0": (torch.float8_e8m0fnu, 1),
+# safetensors dtype string -> (torch dtype name, bytes per element)
+SAFETENSORS_DTYPES: dict[str, tuple[str, int]] = {
+    "F64": ("float64", 8),
+    "F32": ("float32", 4),
+    "F16": ("float16", 2),
+    "BF16": ("bfloat16", 2),
+    "I64": ("int64", 8),
+    "I32": ("int32", 4),
+    "I16": ("int16", 2),
+    "I8": ("int8", 1),
+    "U8": ("uint8", 1),
+    "BOOL": ("bool", 1),
+    "F8_E4M3": ("float8_e4m3fn", 1),
+    "F8_E5M2": ("float8_e5m2", 1),
+    "F8_E8M0": ("float8_e8m0fnu", 1),
 }
 
 EMBED_NAME = "embed.weight"

@@ -18,8 +18,8 @@ from engram_viz.core.schema import gguf_names
 from engram_viz.errors import CheckpointError
 from engram_viz.tiny.files import assemble_tiny_model, lm_config
 from engram_viz.tiny.model import TinyEngramLM
-from engram_viz.weights.gguf_checkpoint import gguf_label, open_gguf_checkpoint, suite_config
-from engram_viz.weights.gguf_file import is_gguf_path, open_gguf, read_small
+from engram_viz.weights.gguf_checkpoint import gguf_label, open_gguf_checkpoint
+from engram_viz.weights.gguf_file import is_gguf_path, open_gguf, read_small, suite_config
 from engram_viz.weights.tiny_folder import LM_PREFIX
 
 

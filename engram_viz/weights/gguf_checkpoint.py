@@ -11,26 +11,32 @@ the file and the tensor or key.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from engram_viz.config import ConfigError, EngramConfig, load_config, match_preset
+from engram_viz.config import EngramConfig
 from engram_viz.core.schema import gguf_names, wkv_shape
 from engram_viz.core.tokenizer import get_tokenizer
 from engram_viz.errors import CheckpointError
 from engram_viz.weights.checkpoint import Checkpoint, EngramWeights
 from engram_viz.weights.embedding import TokenEmbedding
 from engram_viz.weights.gguf_constants import check_gguf_constants
-from engram_viz.weights.gguf_file import GGUFFile, GGUFTensor, block_rows, decode_blocks, open_gguf, read_small
-from engram_viz.weights.gguf_table import GGUFTable
+from engram_viz.weights.gguf_file import (
+    GGUFFile,
+    GGUFTensor,
+    decode_blocks,
+    gguf_config,
+    open_gguf,
+    read_small,
+    suite_config,
+)
+from engram_viz.weights.gguf_table import GGUFTable, block_rows
 from engram_viz.weights.rows import RowSource
 from engram_viz.weights.tiny_folder import compact_embedding
 
-DEFAULT_GGUF_CONFIG = "v41-flash"  # a GGUF file that does not carry the suite's config
 LAYOUT_GGUF = "gguf"
 TINY_EMBED = ("tiny.embed.weight", "tiny.embed.raw_ids")
 
@@ -46,33 +52,6 @@ class DecodedRows(RowSource):
     def read_unique(self, ids: np.ndarray) -> torch.Tensor:
         raw = self.blocks.read_unique(ids).numpy()
         return torch.from_numpy(decode_blocks(raw, self.tensor.qtype, self.cols, self.label)).to(torch.bfloat16)
-
-
-def suite_config(file: GGUFFile, key: str) -> dict | None:
-    """The suite's own ``config.json`` that a GGUF file written by the suite carries under ``key``."""
-    text = file.value(key)
-    if text is None:
-        return None
-    try:
-        raw = json.loads(text)
-    except (TypeError, ValueError) as err:
-        raise CheckpointError(f"{file.path}: metadata {key} is not a JSON config: {err}") from None
-    if not isinstance(raw, dict):
-        raise CheckpointError(f"{file.path}: metadata {key} must be a JSON object, got {type(raw).__name__}")
-    return raw
-
-
-def gguf_config(file: GGUFFile, config: EngramConfig | str | Path | None, key: str) -> EngramConfig:
-    """``config`` when given; else the suite's config the file carries; else ``v41-flash``."""
-    if config is not None:
-        return load_config(config)
-    raw = suite_config(file, key)
-    if raw is None:
-        return load_config(DEFAULT_GGUF_CONFIG)
-    try:
-        return match_preset(EngramConfig.from_dict(raw, name=file.path.name))
-    except ConfigError as err:
-        raise CheckpointError(f"{file.path}: metadata {key}: {err}") from None
 
 
 def _matrix(file: GGUFFile, name: str, shape: tuple[int, ...], what: str) -> torch.Tensor:

@@ -3,30 +3,35 @@
 ``open_gguf(path)`` parses the header (``gguf_header.py``; no tensor data is touched) and checks
 that every tensor's bytes lie inside the file. A
 ``GGUFTensor`` says where one tensor lies and in which GGML type. Rows are read by id as raw block
-bytes (``block_rows``: the ``pread`` engine of ``rows.LazyRows``): a row of ``cols`` values is
+bytes (``gguf_table.block_rows``: the ``pread`` engine of ``rows.LazyRows``): a row of ``cols`` values is
 ``cols / block_size * type_size`` bytes for every type (Q8_0: 8 blocks of 34 bytes for 256 values;
 a K-quant: one super-block), so a row is a fixed run of bytes and a gather reads only the rows
 asked for. ``decode_blocks`` dequantises such rows with gguf's own dequantisers; ``read_small``
 reads a whole small tensor (wkv, q, k, the tiny LM's own); a table is never read whole.
+``gguf_config`` is the suite's config a file carries. No torch is imported until a tensor is read.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, quants
 
+from engram_viz.config import ConfigError, EngramConfig, load_config, match_preset
 from engram_viz.errors import CheckpointError, GGUFHeaderError
 from engram_viz.weights.gguf_header import read_gguf_header
-from engram_viz.weights.rows import LazyRows
-from engram_viz.weights.safetensors import TensorInfo, pread_into
+from engram_viz.weights.safetensors import pread_into
+
+if TYPE_CHECKING:
+    import torch
 
 GGUF_SUFFIX = ".gguf"
+DEFAULT_GGUF_CONFIG = "v41-flash"  # a GGUF file that does not carry the suite's config
 INTEGER_TYPES = ("I8", "I16", "I32", "I64")  # stored values, not weights: never dequantised
 ARCH_KEY = "general.architecture"
 
@@ -169,15 +174,37 @@ def open_gguf(path: str | Path) -> GGUFFile:
     return GGUFFile(path)
 
 
-def block_rows(t: GGUFTensor) -> LazyRows:
-    """The rows of ``t`` as raw block bytes: a ``LazyRows`` of uint8 ``[rows, row_bytes]``."""
-    rows, row_bytes = t.rows, t.row_bytes
-    info = TensorInfo(t.path, t.name, "U8", (rows, row_bytes), t.start, t.start + rows * row_bytes)
-    return LazyRows(info)
+def suite_config(file: GGUFFile, key: str) -> dict | None:
+    """The suite's own ``config.json`` that a GGUF file written by the suite carries under ``key``."""
+    text = file.value(key)
+    if text is None:
+        return None
+    try:
+        raw = json.loads(text)
+    except (TypeError, ValueError) as err:
+        raise CheckpointError(f"{file.path}: metadata {key} is not a JSON config: {err}") from None
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{file.path}: metadata {key} must be a JSON object, got {type(raw).__name__}")
+    return raw
+
+
+def gguf_config(file: GGUFFile, config: EngramConfig | str | Path | None, key: str) -> EngramConfig:
+    """``config`` when given; else the suite's config the file carries; else ``v41-flash``."""
+    if config is not None:
+        return load_config(config)
+    raw = suite_config(file, key)
+    if raw is None:
+        return load_config(DEFAULT_GGUF_CONFIG)
+    try:
+        return match_preset(EngramConfig.from_dict(raw, name=file.path.name))
+    except ConfigError as err:
+        raise CheckpointError(f"{file.path}: metadata {key}: {err}") from None
 
 
 def read_small(t: GGUFTensor) -> torch.Tensor:
     """A whole small tensor, dequantised to float32 in numpy order (integer types as int64)."""
+    import torch  # here, not at the top: reading a header (``weights_config``) needs no torch
+
     raw = np.empty(t.nbytes, dtype=np.uint8)
     with t.path.open("rb") as f:
         pread_into(f.fileno(), memoryview(raw), t.start, t.where())

@@ -2,7 +2,7 @@
 
 ``GGUFTable(rows, qtype, head_dim)`` is an ``EngramTable`` whose stored parts are a row's raw
 blocks (uint8 ``[n, row_bytes]``) and an empty second part (uint8 ``[n, 0]``): gathers read only the
-rows asked for (``rows``: a ``RowSource`` of block bytes, e.g. ``gguf_file.block_rows`` over a
+rows asked for (``rows``: a ``RowSource`` of block bytes, e.g. ``block_rows`` over a
 file, or ``quant_candidates.QuantisingRows`` quantising reference rows on the fly) and dequantise
 them with gguf's own dequantiser, then round to bf16 as the reference lookup does. Every analysis,
 hook, explanation and row edit that takes an ``EngramTable`` takes this one; ``gather_fp8`` alone
@@ -19,9 +19,9 @@ import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from engram_viz.errors import CheckpointError, NonFiniteError
-from engram_viz.weights.gguf_file import GGUFFile, decode_blocks, encode_blocks
-from engram_viz.weights.gguf_file import block_rows as file_block_rows
-from engram_viz.weights.rows import RowSource, take_rows, unique_ids
+from engram_viz.weights.gguf_file import GGUFFile, GGUFTensor, decode_blocks, encode_blocks
+from engram_viz.weights.rows import LazyRows, RowSource, take_rows, unique_ids
+from engram_viz.weights.safetensors import TensorInfo
 from engram_viz.weights.tables import DEQUANT_CHUNK_ROWS, EngramTable
 
 
@@ -33,6 +33,13 @@ def row_bytes_of(qtype: GGMLQuantizationType, head_dim: int, where: str) -> int:
             f"{where}: a row of {head_dim} values is not a whole number of {qtype.name} blocks of {size} values"
         )
     return head_dim // size * nbytes
+
+
+def block_rows(t: GGUFTensor) -> LazyRows:
+    """The rows of ``t`` as raw block bytes: a ``LazyRows`` of uint8 ``[rows, row_bytes]``."""
+    rows, row_bytes = t.rows, t.row_bytes
+    info = TensorInfo(t.path, t.name, "U8", (rows, row_bytes), t.start, t.start + rows * row_bytes)
+    return LazyRows(info)
 
 
 class GGUFTable(EngramTable):
@@ -75,7 +82,7 @@ class GGUFTable(EngramTable):
             raise CheckpointError(f"{t.where()}: an Engram table must be 2-D [rows, head_dim]")
         where = label or f"table {name} ({t.type_name}) of {f.path}"
         row_bytes_of(t.qtype, t.cols, where)
-        return cls(file_block_rows(t), t.qtype, t.cols, num_rows=num_rows, label=where)
+        return cls(block_rows(t), t.qtype, t.cols, num_rows=num_rows, label=where)
 
     @property
     def bits_per_weight(self) -> float:

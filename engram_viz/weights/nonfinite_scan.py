@@ -16,7 +16,7 @@ import numpy as np
 from engram_viz._progress import ProgressBar, progress_bar
 from engram_viz.core.schema import SAFETENSORS_DTYPES
 from engram_viz.weights.nonfinite import NONFINITE_MASK, SHOWN_ROWS, count_nonfinite, describe, nonfinite_rows
-from engram_viz.weights.safetensors import TensorInfo, pread_into
+from engram_viz.weights.safetensors import TensorInfo, pread_into, torch_dtype_of
 from engram_viz.weights.scan import CheckpointScan, TensorEntry
 
 CHUNK_BYTES = 64 * 2**20  # one read; rows are never split across reads
@@ -69,7 +69,7 @@ def _scan_entry(entry: TensorEntry, bar: ProgressBar) -> dict | None:
         "nonfinite_values": values,
         "rows": rows,
         "first_rows": shown,
-        "what": describe(SAFETENSORS_DTYPES[entry.dtype][0]),
+        "what": describe(torch_dtype_of(entry.dtype)),
     }
 
 
@@ -78,9 +78,7 @@ def verify_tensors(scan: CheckpointScan, progress: bool = True) -> dict:
     with one entry per tensor holding NaN/Inf (name, files, value and row counts, first row ids).
     Tensors of integer dtypes, or dtypes engram-viz cannot read, are skipped."""
     entries = [
-        e
-        for e in scan.tensors.values()
-        if e.dtype in SAFETENSORS_DTYPES and SAFETENSORS_DTYPES[e.dtype][0] in NONFINITE_MASK
+        e for e in scan.tensors.values() if e.dtype in SAFETENSORS_DTYPES and torch_dtype_of(e.dtype) in NONFINITE_MASK
     ]
     total = sum(e.nbytes for e in entries)
     bad = []

@@ -3,6 +3,8 @@
 A file is an 8-byte little-endian header length, a JSON header (name -> dtype, shape,
 ``data_offsets`` relative to the data start) and the data. The header is validated against the
 file size before any tensor is read, so a corrupt or truncated file is named at open time.
+Reading headers imports no torch (the corpus path and ``weights_config`` read headers only);
+torch is imported when a tensor or its dtype is first asked for.
 """
 
 from __future__ import annotations
@@ -16,13 +18,16 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from engram_viz._files import atomic_path
 from engram_viz.core.schema import SAFETENSORS_DTYPES
 from engram_viz.errors import CheckpointError, InputError
+
+if TYPE_CHECKING:
+    import torch
 
 MAX_HEADER_BYTES = 100 * 2**20  # the safetensors library refuses larger headers too
 
@@ -51,7 +56,7 @@ class TensorInfo:
             raise CheckpointError(
                 f"{self.path}: tensor {self.name!r} has dtype {self.dtype}, which engram-viz cannot read"
             )
-        return SAFETENSORS_DTYPES[self.dtype][0]
+        return torch_dtype_of(self.dtype)
 
     @property
     def itemsize(self) -> int:
@@ -217,8 +222,17 @@ def pread_into(fd: int, buf: memoryview, offset: int, what: str) -> None:
         done += got
 
 
+def torch_dtype_of(safetensors_dtype: str) -> torch.dtype:
+    """The torch dtype of a dtype string of ``SAFETENSORS_DTYPES`` (KeyError for another)."""
+    import torch  # here, not at the top: reading headers needs no torch
+
+    return getattr(torch, SAFETENSORS_DTYPES[safetensors_dtype][0])
+
+
 def read_tensor(info: TensorInfo) -> torch.Tensor:
     """Read one whole tensor eagerly (CPU), bit for bit as stored."""
+    import torch  # see torch_dtype_of
+
     dtype = info.torch_dtype
     if info.nbytes == 0:  # no bytes to view as a wider dtype
         return torch.empty(info.shape, dtype=dtype)

@@ -28,7 +28,7 @@ from engram_viz.weights.hub import hub_folder, hub_name, is_hub_ref
 from engram_viz.weights.hub_shards import is_remote_shard, remote_header
 from engram_viz.weights.index import INDEX_FILE, read_json, read_weight_map
 from engram_viz.weights.safetensors import SafetensorsHeader, TensorInfo, read_safetensors_header
-from engram_viz.weights.tiny_folder import checkpoint_label, is_tiny_lm_folder
+from engram_viz.weights.tiny_folder_files import checkpoint_label, is_tiny_lm_folder
 
 SINGLE_FILE = "model.safetensors"
 MP_RE = re.compile(r"^model(\d+)-mp(\d+)\.safetensors$")

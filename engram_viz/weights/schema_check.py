@@ -10,7 +10,7 @@ from engram_viz.core.schema import EMBED_NAME, expected_tensors, is_table_name
 from engram_viz.errors import CheckpointError
 from engram_viz.weights.safetensors import TensorInfo
 from engram_viz.weights.scan import LAYOUT_MP, SINGLE_FILE, CheckpointScan
-from engram_viz.weights.tiny_folder import is_tiny_lm_folder
+from engram_viz.weights.tiny_folder_files import is_tiny_lm_folder
 
 
 def resolve_config(scan: CheckpointScan, config: EngramConfig | str | Path | None) -> EngramConfig:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from engram_viz.analysis.corpus.counting import corpus_sample, count_corpus
+from engram_viz.analysis.corpus.corpus_sample import corpus_sample
+from engram_viz.analysis.corpus.counting import count_corpus
 from engram_viz.analysis.gates.image_boundary import after_image_vs_fresh_start
 from engram_viz.analysis.gates.summary import stream_selectivity
 from engram_viz.analysis.row_stats.trace_ngrams import ngram_frequency, ngram_windows_table

@@ -1,4 +1,5 @@
-"""``ColumnView.stats()`` in both regimes (a dense column tallied per bucket, a sparse one by one
+"""``ColumnView.stats()`` in both regimes (a dense column tallied per bucket, by bincounts or the
+compiled tally, a sparse one by one
 sort of (bucket, count) pairs) against ``np.unique``; the grouping by bucket (``order``, ``starts``)
 asked for on demand; totals with some n-grams left out against a masked sum per bucket."""
 
@@ -16,10 +17,14 @@ from engram_viz.core.layout import EngramLayout
 pytestmark = pytest.mark.unit
 
 
+@pytest.mark.parametrize("tally_min", [1 << 60, 0], ids=["bincount", "compiled"])
 @pytest.mark.parametrize("dense_ratio", [0, 8, 10**9], ids=["all-sorted", "default", "all-dense"])
 @pytest.mark.parametrize("config", ["tiny", "v41-flash"])
-def test_stats_match_numpy_unique_in_both_regimes(config, dense_ratio, monkeypatch):
+def test_stats_match_numpy_unique_in_both_regimes(config, dense_ratio, tally_min, monkeypatch):
+    if tally_min == 0:
+        pytest.importorskip("numba")
     monkeypatch.setattr(bucket_passes, "DENSE_RATIO", dense_ratio)
+    monkeypatch.setattr(bucket_passes, "TALLY_MIN", tally_min)
     cfg = load_config(config)
     rng = np.random.default_rng(7)
     counts = NgramCounts(cfg)

@@ -85,3 +85,19 @@ def test_decoder(tokenizer):
     assert NgramDecoder(tokenizer, raw_counts=raw_counts).text([c_the]) == " the"
     with pytest.raises(ValueError, match="out of range"):
         dec.pieces([10**6])
+
+
+def test_counts_alone_and_chosen_rows_equal_the_whole_listing():
+    """``ngram_counts`` and ``ngrams_at`` are the columns and rows of ``ngrams``, across the
+    4-gram key groups (ids reaching the top bits) and at both ends."""
+    rng = np.random.default_rng(7)
+    counts = NgramCounts("tiny")
+    w = rng.integers(0, 99_092, (5_000, 4))
+    w[:300, 3] = 99_091  # the oldest id of these 4-grams lands in the last key group
+    counts.add_windows(w)
+    for n in counts.orders:
+        ids, c = counts.ngrams(n)
+        assert np.array_equal(counts.ngram_counts(n), c)
+        idx = np.r_[len(c) - 1, 0, rng.choice(len(c), 40, replace=False)]
+        assert np.array_equal(counts.ngrams_at(n, idx), ids[idx])
+        assert counts.ngrams_at(n, idx[:0]).shape == (0, n)

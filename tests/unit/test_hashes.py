@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
 from engram_viz.analysis.corpus import row_ids
-from engram_viz.analysis.corpus.row_ids import BLOCK, reduce_mod, rows_from_windows
+from engram_viz.analysis.corpus.row_ids import BLOCK, reduce_mod, row_dtype, rows_from_windows
 from engram_viz.config import load_config
 from engram_viz.core.layout import EngramLayout
 from engram_viz.errors import InputError
@@ -91,7 +96,7 @@ def test_rows_written_into_a_reused_output(compiled_min, monkeypatch):
     layout = EngramLayout(cfg)
     rng = np.random.default_rng(3)
     shape = (1000, len(layout.layer_ids), layout.n_hash_cols)
-    out = np.full(shape, -7, dtype=np.int64)
+    out = np.full(shape, -7, dtype=np.int32)
     for seed in (4, 5):
         w = np.random.default_rng(seed).integers(0, cfg.engram_compressed_vocab_size, (1000, cfg.engram_max_ngram_size))
         assert rows_from_windows(layout, w, out=out) is out
@@ -99,6 +104,63 @@ def test_rows_written_into_a_reused_output(compiled_min, monkeypatch):
         assert np.array_equal(out, rows_from_windows(layout, w))  # the numpy path into a fresh array
         monkeypatch.setattr(row_ids, "COMPILED_MIN", compiled_min)
     w = rng.integers(0, 10, (1000, cfg.engram_max_ngram_size))
-    for bad in (out[:999], out.astype(np.int32), np.asfortranarray(out), [[0]]):
-        with pytest.raises(InputError, match="out must be a C-contiguous int64 array of shape"):
+    for bad in (out[:999], out.astype(np.int64), np.asfortranarray(out), [[0]]):
+        with pytest.raises(InputError, match="out must be a C-contiguous int32 array of shape"):
             rows_from_windows(layout, w, out=bad)
+
+
+@pytest.mark.parametrize("config", ["tiny", "v41-flash"])
+def test_row_ids_are_int32_where_every_row_fits(config, monkeypatch):
+    """The dtype contract: ``row_dtype`` is int32 when the layout's last row (offset + prime - 1 of
+    its last column) fits, as in every preset; a fresh output has it on both paths, large ones
+    (past ``POPULATE_MIN``) in a populated mapping as well, with the same rows as int64 arithmetic."""
+    cfg = load_config(config)
+    layout = EngramLayout(cfg)
+    largest = int((layout.offsets + layout.column_primes).max()) - 1
+    assert largest < 2**31 and row_dtype(layout) == np.int32
+    w = np.random.default_rng(6).integers(0, cfg.engram_compressed_vocab_size, (2000, cfg.engram_max_ngram_size))
+    for compiled_min in (1 << 40, 1):
+        monkeypatch.setattr(row_ids, "COMPILED_MIN", compiled_min)
+        for populate_min in (1 << 40, 1):
+            monkeypatch.setattr(row_ids, "POPULATE_MIN", populate_min)
+            rows = rows_from_windows(layout, w)
+            assert rows.dtype == np.int32 and rows.flags.c_contiguous and rows.flags.writeable
+            assert rows.max() <= largest
+            for li in range(len(layout.layer_ids)):  # int64 arithmetic, column by column
+                h = w[:, 0] * layout.multipliers[li, 0]
+                for s in range(1, layout.max_ngram_size):
+                    h = h ^ (w[:, s] * layout.multipliers[li, s])
+                    col = slice((s - 1) * layout.n_heads, s * layout.n_heads)
+                    want = h[:, None] % layout.column_primes[li, col] + layout.offsets[li, col]
+                    assert np.array_equal(rows[:, li, col], want)
+
+
+def test_the_compiled_kernel_is_cached_across_processes(tmp_path):
+    """The kernel compiles once per layout and machine: a second process with the same
+    ``$ENGRAM_VIZ_CACHE`` loads it from numba's cache beside the generated source (a hit, no
+    miss) and computes the same rows."""
+    pytest.importorskip("numba")
+    code = (
+        "import json, numpy as np\n"
+        "from engram_viz.analysis.corpus.row_id_kernel import compiled_rows\n"
+        "from engram_viz.config import load_config\n"
+        "from engram_viz.core.layout import EngramLayout\n"
+        "kernel = compiled_rows(EngramLayout(load_config('tiny')), np.int32)\n"
+        "w = np.arange(4000, dtype=np.int64).reshape(1000, 4)\n"
+        "out = np.empty((1000, 48), dtype=np.int32)\n"
+        "kernel(w, out)\n"
+        "s = kernel.stats\n"
+        "print(json.dumps([sum(s.cache_hits.values()), sum(s.cache_misses.values()), int(out.sum())]))\n"
+    )
+    env = {**os.environ, "ENGRAM_VIZ_CACHE": str(tmp_path)}
+    runs = [
+        json.loads(
+            subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+        )
+        for _ in range(2)
+    ]
+    assert runs[0][:2] == [0, 1] and runs[1][:2] == [1, 0]
+    assert runs[0][2] == runs[1][2]
+    assert list((tmp_path / "numba").glob("row_kernel_*.py")) and list(
+        (tmp_path / "numba" / "__pycache__").glob("*.nbi")
+    )

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from _brute import random_sequences
 
+from engram_viz.analysis.corpus import spill
 from engram_viz.analysis.corpus.ngram_counts import NgramCounts
 from engram_viz.analysis.corpus.spill import (
     FileArray,
@@ -28,6 +29,25 @@ from engram_viz.errors import WriteError
 def _run(rng, n, high):
     keys = np.unique(rng.integers(0, high, n).astype(np.uint64))
     return keys, rng.integers(1, 9, len(keys)).astype(np.int64)
+
+
+@pytest.mark.parametrize("merge_min", [1 << 60, 0], ids=["numpy", "compiled"])
+def test_merge_sorted_sums_equal_keys_like_a_dict(merge_min, monkeypatch):
+    """Both merges of two runs (insertion points, or the compiled linear merge) give every key
+    once, ascending, with its counts summed, as a dict over all the runs does."""
+    if merge_min == 0:
+        pytest.importorskip("numba")
+    monkeypatch.setattr(spill, "MERGE_MIN", merge_min)
+    rng = np.random.default_rng(11)
+    for sizes, high in (((), 10), ((0, 5), 10), ((1, 1, 1), 3), ((40, 300, 700, 2), 500), ((3000, 20), 1 << 63)):
+        runs = [_run(rng, n, high) for n in sizes] + [(np.array([2**64 - 1], np.uint64), np.array([5]))]
+        want: dict[int, int] = {}
+        for keys, counts in runs:
+            for k, c in zip(keys.tolist(), counts.tolist()):
+                want[k] = want.get(k, 0) + c
+        keys, counts = merge_sorted(runs)
+        assert keys.dtype == np.uint64 and counts.dtype == np.int64
+        assert list(zip(keys.tolist(), counts.tolist())) == sorted(want.items())
 
 
 @pytest.mark.parametrize("chunk", [1, 3, 64, 10_000])

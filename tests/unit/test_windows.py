@@ -7,7 +7,7 @@ import pytest
 import torch
 from _brute import random_sequences, ref_windows
 
-from engram_viz.analysis.corpus.row_ids import rows_from_windows
+from engram_viz.analysis.corpus.row_ids import row_dtype, rows_from_windows
 from engram_viz.analysis.corpus.windows import StreamWindows, sequence_blocked, sequence_windows, window_ngrams
 from engram_viz.config import load_config
 from engram_viz.core.hashing import NgramHasher, hash_prompt
@@ -52,7 +52,11 @@ def test_stream_hash_equals_ngram_hasher_bit_for_bit(config_name, tokenizer):
             for d, m in zip(docs, masks)
         ]
     )
-    assert rows.dtype == np.int64 and rows.shape == (len(ids), cfg.n_engram_layers, cfg.n_hash_cols)
+    assert rows.dtype == row_dtype(layout) == np.int32 and rows.shape == (
+        len(ids),
+        cfg.n_engram_layers,
+        cfg.n_hash_cols,
+    )
     assert np.array_equal(rows, expected)
 
 

@@ -28,7 +28,7 @@ from engram_viz.config import EngramConfig, load_config
 from engram_viz.core.layout import EngramLayout
 from engram_viz.core.tokenizer import get_tokenizer
 from engram_viz.errors import CacheSimError
-from engram_viz.weights.resolve import weights_config
+from engram_viz.weights.weights_rule import weights_config
 
 
 def trace_folder(folder: str | Path | None) -> Path:

@@ -2,18 +2,21 @@
 
 :func:`iter_columns` yields every column as a :class:`ColumnView` (each order's n-grams unpacked
 once, hashed once per layer); ``ColumnView.stats()`` derives the occupancy all analyses read
-once per column: a bincount per bucket where the column is dense, one sort of (bucket, count)
-pairs where it is sparse. :func:`top_indices` is the deterministic top-k they rank with.
+once per column: a counter per bucket where the column is dense (one compiled pass with numba,
+else bincounts), one sort of (bucket, count) pairs where it is sparse. :func:`top_indices` is the deterministic top-k they rank with.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+import inspect
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
 
+from engram_viz._compiled import compiled_kernel
 from engram_viz.analysis.corpus.ngram_counts import NgramCounts
 from engram_viz.analysis.corpus.row_ids import ngram_hashes, reduce_mod
 from engram_viz.core.layout import EngramLayout
@@ -23,6 +26,7 @@ from engram_viz.errors import InputError
 # bucket (bincount: no sort, no gather over a permutation); a sparser one (V4.1's ~16M buckets per
 # column) sorts its (bucket, count) pairs once, where most n-grams sit alone in their bucket.
 DENSE_RATIO = 8
+TALLY_MIN = 1 << 18  # n-grams from which a dense column is tallied by the compiled loop (numba)
 _COUNT_BITS = 38  # a sorted pair is bucket << 38 | count: buckets below 2**25, counts below 2**38
 
 
@@ -62,8 +66,35 @@ class ColumnStats:
         return n_ngrams, hits
 
 
+def _tally(buckets, counts, prime):  # pragma: no cover - compiled by numba (_dense_kernel)
+    """``(n-grams per bucket int64 [prime], positions per bucket int64 [prime], n-grams in each
+    n-gram's bucket int64 [U])``: both counters in one pass, the gather in a second."""
+    n_per = np.zeros(prime, np.int64)
+    hits = np.zeros(prime, np.int64)
+    for i in range(buckets.shape[0]):
+        n_per[buckets[i]] += 1
+        hits[buckets[i]] += counts[i]
+    per_key = np.empty(buckets.shape[0], np.int64)
+    for i in range(buckets.shape[0]):
+        per_key[i] = n_per[buckets[i]]
+    return n_per, hits, per_key
+
+
+@functools.lru_cache(maxsize=1)
+def _dense_kernel() -> Callable | None:
+    source = "import numpy as np\n\n\n" + inspect.getsource(_tally)
+    signature = "Tuple((int64[::1], int64[::1], int64[::1]))(int64[::1], int64[::1], int64)"
+    return compiled_kernel(source, "bucket_tally", "_tally", signature, nogil=True, boundscheck=False)
+
+
 def _dense_stats(buckets: np.ndarray, counts: np.ndarray, prime: int) -> ColumnStats:
-    """One counter per bucket: two bincounts over the n-grams and a gather from [prime] (in cache)."""
+    """One counter per bucket: the compiled tally (``_tally``) from ``TALLY_MIN`` n-grams when numba
+    is installed, else two bincounts over the n-grams and a gather from [prime] (in cache)."""
+    kernel = _dense_kernel() if len(buckets) >= TALLY_MIN else None
+    if kernel is not None:
+        n_per, hits, per_key = kernel(np.ascontiguousarray(buckets), np.ascontiguousarray(counts), prime)
+        occupied = np.flatnonzero(n_per)
+        return ColumnStats(occupied, n_per[occupied], hits[occupied], per_key, buckets)
     n_per = np.bincount(buckets, minlength=prime)
     occupied = np.flatnonzero(n_per)
     hits = np.bincount(buckets, weights=counts, minlength=prime)[occupied]  # float64: exact below 2**53

@@ -6,13 +6,12 @@ cut into pieces (``documents.iter_documents``) stays one sequence: the hash wind
 the cut; only a token spanning the cut may differ. Memory: one batch of about ``spec.batch_chars``
 characters at a time, plus 16 bytes per distinct n-gram (and order).
 
-:func:`corpus_sample` is the capped sample the notebooks count: the first
-``$ENGRAM_VIZ_CORPUS_TOKENS`` (60,000) tokens of each default corpus file.
+The capped sample the notebooks count is ``corpus_sample`` (its own module: it falls back on
+the shipped prompts, whose reader imports torch, which counting does not need).
 """
 
 from __future__ import annotations
 
-import tempfile
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -21,9 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from engram_viz import settings
 from engram_viz._progress import progress_bar
-from engram_viz.analysis.corpus.default_corpus import default_corpus_files, default_corpus_sources
 from engram_viz.analysis.corpus.documents import (
     CorpusError,
     DocumentSpec,
@@ -37,10 +34,7 @@ from engram_viz.analysis.corpus.ngram_counts import NgramCounts
 from engram_viz.analysis.corpus.windows import StreamWindows
 from engram_viz.config import EngramConfig, load_config
 from engram_viz.core.tokenizer import BOS_ID, get_tokenizer
-from engram_viz.run.prompts import load_prompts
-from engram_viz.weights.resolve import weights_config
-
-SAMPLE_TOKENS = 60_000  # tokens per default corpus file in corpus_sample, unless the environment says
+from engram_viz.weights.weights_rule import weights_config
 
 
 @dataclass
@@ -194,42 +188,8 @@ def count_corpus(
             if not going:
                 break
         stats.truncated = not going  # stopped at max_tokens (the input may have ended there too)
+        counts.flush()
     finally:
         bar.close()
     stats.elapsed_s = time.perf_counter() - t0
     return stats
-
-
-def corpus_sample(
-    config: EngramConfig | str = "v41-flash", tokens_per_file: int | None = None, tokenizer: Any = None
-) -> tuple[CorpusStats, str]:
-    """``(CorpusStats, description)``: the first ``tokens_per_file`` tokens (default
-    ``$ENGRAM_VIZ_CORPUS_TOKENS``, else 60,000) of each default corpus file (the KJV, the Chinese
-    Debian Reference), counted into one ``NgramCounts``. Without the Debian packages: the shipped
-    prompt set's texts, and the description says so."""
-    cfg = load_config(config)
-    tok = tokenizer if tokenizer is not None else get_tokenizer(cfg)
-    cap = tokens_per_file or settings.corpus_tokens(SAMPLE_TOKENS)
-    try:
-        files = default_corpus_files()
-        names = [s["name"] for s in default_corpus_sources()]
-        desc = f"default corpus: first {cap:,} tokens of each of " + "; ".join(names)
-    except CorpusError as err:
-        tmp = Path(tempfile.mkdtemp(prefix="engram-viz-corpus-"))
-        text = "\n\n".join(p.text for p in load_prompts() if p.text)
-        (tmp / "prompts.txt").write_text(text, encoding="utf-8")
-        files = [tmp / "prompts.txt"]
-        desc = f"FALLBACK corpus (the shipped prompt set): the default corpus is not installed ({err})"
-    counts, stats = None, None
-    for f in files:
-        st = count_corpus([f], cfg, tok, cap, DocumentSpec(batch_chars=1 << 17), progress=False, counts=counts)
-        counts = st.counts
-        if stats is None:
-            stats = st
-        else:
-            stats.files += st.files
-            stats.tokens += st.tokens
-            stats.documents += st.documents
-            stats.raw_counts += st.raw_counts
-            stats.elapsed_s += st.elapsed_s
-    return stats, desc

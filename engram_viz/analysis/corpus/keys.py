@@ -47,11 +47,36 @@ def pack_ngrams(ngrams: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return group, lo
 
 
-def unpack_ngrams(group: int | np.ndarray, lo: np.ndarray, order: int) -> np.ndarray:
-    """Inverse of :func:`pack_ngrams`: int64 ``[N, order]``, oldest first."""
+def pack_windows(windows: np.ndarray, orders) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """``{n: pack_ngrams(window_ngrams(windows, n))}`` for every order of ``orders``, from windows
+    ``[N, max_ngram]`` (look-back s in column s), built newest id first: the key of order n is the
+    key of order n - 1 with look-back n - 1 shifted in above it, so each id is range-checked, cast
+    and shifted once for all orders (no strided copy per order)."""
+    w = np.asarray(windows, dtype=np.int64)
+    top = max(orders)
+    check_order(top)
+    if w.size and (w.min() < 0 or w.max() >= 1 << KEY_BITS):
+        raise InputError(f"n-gram ids must lie in 0..{(1 << KEY_BITS) - 1} (pad, never DEAD)")
+    out = {}
+    lo = w[:, 0].astype(np.uint64)
+    for s in range(1, top):
+        look = w[:, s].astype(np.uint64)
+        look <<= np.uint64(KEY_BITS * s)  # uint64 shifts drop the bits above 64: the group keeps them
+        lo |= look
+        n = s + 1
+        if n in orders:
+            spill = n * KEY_BITS - 64
+            group = (w[:, s] >> (KEY_BITS - spill)).astype(np.uint8) if spill > 0 else np.zeros(len(w), np.uint8)
+            out[n] = (group, lo.copy() if n < top else lo)
+    return out
+
+
+def unpack_ngrams(group: int | np.ndarray, lo: np.ndarray, order: int, out: np.ndarray | None = None) -> np.ndarray:
+    """Inverse of :func:`pack_ngrams`: int64 ``[N, order]``, oldest first (written into ``out``,
+    int64 ``[N, order]``, when given: e.g. one group's rows of a larger array)."""
     check_order(order)
     lo = np.asarray(lo, dtype=np.uint64)
-    out = np.empty((len(lo), order), dtype=np.int64)
+    out = np.empty((len(lo), order), dtype=np.int64) if out is None else out
     field = np.uint64((1 << KEY_BITS) - 1)
     for i in range(order):
         shift = KEY_BITS * (order - 1 - i)

@@ -14,9 +14,10 @@ from pathlib import Path
 import numpy as np
 
 from engram_viz._files import read_npz, write_npz
-from engram_viz.analysis.corpus.keys import KEY_BITS, check_order, pack_ngrams, unpack_ngrams
+from engram_viz.analysis.corpus.key_sort import distinct_counts
+from engram_viz.analysis.corpus.keys import KEY_BITS, check_order, pack_ngrams, pack_windows, unpack_ngrams
 from engram_viz.analysis.corpus.spill import KEY_BYTES, SpillStore, merge_sorted, parse_memory_limit
-from engram_viz.analysis.corpus.windows import bool_mask, sequence_windows, window_ngrams
+from engram_viz.analysis.corpus.windows import bool_mask, sequence_windows
 from engram_viz.config import EngramConfig, load_config
 from engram_viz.errors import CorpusError, InputError
 
@@ -79,13 +80,10 @@ class NgramCounts:
         self.version += 1
         if not len(w):
             return
-        for n in self.orders:
-            group, lo = pack_ngrams(window_ngrams(w, n))
-            groups = np.unique(group) if n * KEY_BITS > 64 else np.zeros(1, np.uint8)
-            for g in groups:
-                sel = lo if len(groups) == 1 else lo[group == g]
-                keys, counts = np.unique(sel, return_counts=True)
-                self._pending[n].setdefault(int(g), []).append((keys, counts.astype(np.int64)))
+        for n, (group, lo) in pack_windows(w, self.orders).items():
+            spill = n * KEY_BITS - 64  # bits of the key in its group
+            for g, keys, counts in distinct_counts(lo, group if spill > 0 else None, min(64, n * KEY_BITS), spill):
+                self._pending[n].setdefault(g, []).append((keys, counts))
                 self._pending_size += len(keys)
         self._settle()
 
@@ -110,6 +108,11 @@ class NgramCounts:
         position 0 (as ``hash_prompt`` sees them); token_mask bool, same shape, False = image."""
         windows, mask = sequence_windows(compressed, self.pad_id, self.config.engram_max_ngram_size, token_mask)
         self.add_windows(windows, mask)
+
+    def flush(self) -> None:
+        """Merge the keys still pending into the sorted store now (reading does it anyway): the
+        counting's last merge, done where the counting ends."""
+        self._flush()
 
     def _flush(self) -> None:
         for n in self.orders:
@@ -196,10 +199,33 @@ class NgramCounts:
         """All distinct n-grams of one order, sorted: ``(ids int64 [U, order] oldest first, counts int64 [U])``."""
         if order not in self.orders:
             raise InputError(f"n-gram order {order} out of range; expected one of {list(self.orders)}")
-        parts = [(unpack_ngrams(g, lo, order), c) for g, lo, c in self.groups(order)]
-        if not parts:
-            return np.empty((0, order), np.int64), np.empty(0, np.int64)
-        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+        parts = list(self.groups(order))
+        total = sum(len(lo) for _, lo, _ in parts)
+        ids, counts = np.empty((total, order), np.int64), np.empty(total, np.int64)
+        at = 0
+        for g, lo, c in parts:  # each group unpacked in place: no per-group copy to concatenate
+            unpack_ngrams(g, lo, order, out=ids[at : at + len(lo)])
+            counts[at : at + len(lo)] = c
+            at += len(lo)
+        return ids, counts
+
+    def ngram_counts(self, order: int) -> np.ndarray:
+        """The counts of :meth:`ngrams` alone, int64 ``[U]`` (no n-gram unpacked)."""
+        parts = [c for _, _, c in self.groups(order)]
+        return np.concatenate(parts) if parts else np.empty(0, np.int64)
+
+    def ngrams_at(self, order: int, index: np.ndarray) -> np.ndarray:
+        """Rows ``index`` of :meth:`ngrams`' n-grams, int64 ``[len(index), order]``, only those unpacked."""
+        index = np.asarray(index, dtype=np.int64)
+        groups = list(self.groups(order))
+        bounds = np.cumsum([0] + [len(lo) for _, lo, _ in groups])
+        out = np.empty((len(index), order), np.int64)
+        which = np.searchsorted(bounds, index, side="right") - 1
+        for k, (g, lo, _) in enumerate(groups):
+            sel = np.flatnonzero(which == k)
+            if len(sel):
+                out[sel] = unpack_ngrams(g, lo[index[sel] - bounds[k]], order)
+        return out
 
     def n_distinct(self, order: int) -> int:
         return sum(len(lo) for _, lo, _ in self.groups(order))

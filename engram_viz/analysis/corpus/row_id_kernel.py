@@ -7,8 +7,11 @@ scratch, no transpose). The kernel is generated per layout with the multipliers,
 offsets as literal constants, so the compiler turns each ``% prime`` into a multiply by a
 precomputed reciprocal and a shift (no hardware division), and unrolls the columns.
 ``compiled_rows`` returns None without numba (``pip install numba``); the numpy path is then
-used. The kernel is compiled once per process and layout (about a second), so the caller uses
-it only for large inputs; bit-identity to the numpy path and the reference is tested.
+used. Compiling takes about a second, so the caller uses the kernel only for large inputs, and
+it is compiled once per layout and machine (``_compiled``: the generated source kept in
+``settings.cache_dir()/numba/``, numba's compiled kernel beside it), so a later process loads it
+instead of compiling. Bit-identity to the numpy
+path and the reference is tested.
 """
 
 from __future__ import annotations
@@ -18,12 +21,14 @@ from collections.abc import Callable
 
 import numpy as np
 
+from engram_viz._compiled import compiled_kernel
 from engram_viz.core.layout import EngramLayout
 
 
 def _source(multipliers: tuple, primes: tuple, offsets: tuple, max_ngram: int, n_heads: int) -> str:
-    """Python source of ``kernel(windows int64 [N, max_ngram], out int64 [N, n_layers * cols])``."""
-    lines = ["def kernel(w, out):", "    for t in range(w.shape[0]):"]
+    """Python source of ``kernel(windows int64 [N, max_ngram], out [N, n_layers * cols])``; ``out``
+    int32 or int64 (``row_ids.row_dtype``: each row id is stored as the array's type)."""
+    lines = ["import numpy as np", "", "", "def kernel(w, out):", "    for t in range(w.shape[0]):"]
     lines += [f"        c{s} = w[t, {s}]" for s in range(max_ngram)]
     cols = (max_ngram - 1) * n_heads
     for li, mult in enumerate(multipliers):
@@ -41,19 +46,18 @@ def _source(multipliers: tuple, primes: tuple, offsets: tuple, max_ngram: int, n
 
 
 @functools.lru_cache(maxsize=8)
-def _compile(multipliers: tuple, primes: tuple, offsets: tuple, max_ngram: int, n_heads: int) -> Callable | None:
-    try:
-        import numba
-    except ImportError:
-        return None
-    namespace: dict = {"np": np}
-    exec(_source(multipliers, primes, offsets, max_ngram, n_heads), namespace)  # noqa: S102 - generated above
-    return numba.njit("void(int64[:, ::1], int64[:, ::1])", nogil=True, boundscheck=False)(namespace["kernel"])
+def _compile(
+    multipliers: tuple, primes: tuple, offsets: tuple, max_ngram: int, n_heads: int, out_type: str
+) -> Callable | None:
+    source = _source(multipliers, primes, offsets, max_ngram, n_heads)
+    signature = f"void(int64[:, ::1], {out_type}[:, ::1])"
+    return compiled_kernel(source, "row_kernel", "kernel", signature, nogil=True, boundscheck=False)
 
 
-def compiled_rows(layout: EngramLayout) -> Callable[[np.ndarray, np.ndarray], None] | None:
-    """The compiled kernel of ``layout`` (``kernel(windows, out)``, both C-contiguous int64;
-    ``out`` of shape ``[N, n_layers * n_hash_cols]``), or None without numba."""
+def compiled_rows(layout: EngramLayout, out_dtype=np.int64) -> Callable[[np.ndarray, np.ndarray], None] | None:
+    """The compiled kernel of ``layout`` (``kernel(windows, out)``, both C-contiguous; windows
+    int64, ``out`` of ``out_dtype`` (int32 or int64) and shape ``[N, n_layers * n_hash_cols]``),
+    or None without numba."""
     as_tuple = lambda a: tuple(tuple(int(v) for v in row) for row in np.asarray(a))
     return _compile(
         as_tuple(layout.multipliers),
@@ -61,4 +65,5 @@ def compiled_rows(layout: EngramLayout) -> Callable[[np.ndarray, np.ndarray], No
         as_tuple(layout.offsets),
         layout.max_ngram_size,
         layout.n_heads,
+        np.dtype(out_dtype).name,
     )

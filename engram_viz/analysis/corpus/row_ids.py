@@ -13,12 +13,16 @@ over the whole output once per column. :func:`reduce_mod` is division-free inste
 numba installed, inputs of ``COMPILED_MIN`` positions or more go through the compiled kernel of
 ``hash_kernel`` instead (the same arithmetic in one pass; speeds in
 ``benchmarks/results/corpus_throughput.txt``, from ``benchmarks/corpus_throughput.py``). The output,
-48 int64 a position, is the one cost the arithmetic does not set: a fresh one is page-faulted in
-on first write, so a caller hashing chunk after chunk passes ``out=`` and reuses one buffer
+48 row ids a position, is the one cost the arithmetic does not set: a fresh one is page-faulted in
+on first write, so the rows are int32 wherever they fit (:func:`row_dtype`: every preset), half
+the bytes, a fresh output has its pages mapped in one call (:func:`fresh_rows`), and a caller hashing chunk after chunk passes ``out=`` and reuses one buffer
 (``benchmarks/hash_kernel.py`` measures both against the literal reference).
 """
 
 from __future__ import annotations
+
+import math
+import mmap
 
 import numpy as np
 
@@ -28,6 +32,7 @@ from engram_viz.errors import InputError
 
 COMPILED_MIN = 1 << 16  # positions from which the compiled kernel pays for its one-off compile
 BLOCK = 8192  # positions per block: scratch of 48 x 8192 int64 (3 MiB) stays in L2/L3
+POPULATE_MIN = 1 << 22  # bytes from which a fresh output is mapped with its pages populated up front
 
 
 def reduce_mod(x: np.ndarray, prime: int, out: np.ndarray) -> np.ndarray:
@@ -44,25 +49,51 @@ def reduce_mod(x: np.ndarray, prime: int, out: np.ndarray) -> np.ndarray:
     return out
 
 
-def _checked_out(out: np.ndarray | None, shape: tuple[int, int, int]) -> np.ndarray:
-    """``out`` when it can take the rows (int64, C-contiguous, ``shape``), a fresh array when None."""
+def row_dtype(layout: EngramLayout) -> np.dtype:
+    """The dtype of :func:`rows_from_windows`' row ids under ``layout``: int32 when its largest row
+    id (the last row of its last column) fits, as in every preset (V4.1: 384,016,681), else int64.
+    Half the bytes of int64: a fresh output is page-faulted in, and that, not the arithmetic, is
+    what a large one-off call costs."""
+    largest = int((layout.offsets + layout.column_primes).max()) - 1
+    return np.dtype(np.int32 if largest <= np.iinfo(np.int32).max else np.int64)
+
+
+def fresh_rows(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """A new C-contiguous array for row ids. From ``POPULATE_MIN`` bytes on (Linux) it is an
+    anonymous mapping with its pages populated when mapped (``MAP_POPULATE``: one call into the
+    kernel instead of a page fault per 4 KiB on first write). numpy's own large allocations ask for
+    transparent huge pages (``madvise``), and where huge pages must first be compacted (the shared
+    machines here) that first write costs several times more than populating base pages
+    (``benchmarks/hash_kernel.py``). The mapping is released with the array."""
+    dtype = np.dtype(dtype)
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes < POPULATE_MIN or not hasattr(mmap, "MAP_POPULATE"):
+        return np.empty(shape, dtype=dtype)
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | mmap.MAP_POPULATE
+    return np.frombuffer(mmap.mmap(-1, nbytes, flags=flags), dtype=dtype).reshape(shape)
+
+
+def _checked_out(out: np.ndarray | None, shape: tuple[int, int, int], dtype: np.dtype) -> np.ndarray:
+    """``out`` when it can take the rows (``dtype``, C-contiguous, ``shape``), a fresh array when None."""
     if out is None:
-        return np.empty(shape, dtype=np.int64)
-    if not isinstance(out, np.ndarray) or out.dtype != np.int64 or out.shape != shape or not out.flags.c_contiguous:
+        return fresh_rows(shape, dtype)
+    if not isinstance(out, np.ndarray) or out.dtype != dtype or out.shape != shape or not out.flags.c_contiguous:
         got = f"{out.dtype} {list(out.shape)}" if isinstance(out, np.ndarray) else type(out).__name__
-        raise InputError(f"out must be a C-contiguous int64 array of shape {list(shape)}, got {got}")
+        raise InputError(f"out must be a C-contiguous {dtype} array of shape {list(shape)}, got {got}")
     return out
 
 
 def rows_from_windows(layout: EngramLayout, windows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """The vectorised hash: windows ``[N, max_ngram]`` -> row ids int64 ``[N, n_layers, n_hash_cols]``,
-    bit for bit those of ``NgramHasher``. ``out`` (optional, that shape, int64, C-contiguous) is
-    written in place and returned: a caller hashing chunk after chunk reuses one buffer, so a large
-    call costs its arithmetic rather than the page faults of a fresh 384 MB (1M positions) output."""
+    """The vectorised hash: windows ``[N, max_ngram]`` -> row ids ``[N, n_layers, n_hash_cols]`` of
+    dtype :func:`row_dtype` (int32 for every preset), equal to those of ``NgramHasher``. ``out``
+    (optional, that shape and dtype, C-contiguous) is written in place and returned: a caller
+    hashing chunk after chunk reuses one buffer, so a large call costs its arithmetic rather than
+    the page faults of a fresh output (192 MB at 1M positions in int32)."""
     w = np.asarray(windows, dtype=np.int64)
     n, n_layers, cols = len(w), len(layout.layer_ids), layout.n_hash_cols
-    out = _checked_out(out, (n, n_layers, cols))
-    kernel = compiled_rows(layout) if n >= COMPILED_MIN else None
+    dtype = row_dtype(layout)
+    out = _checked_out(out, (n, n_layers, cols), dtype)
+    kernel = compiled_rows(layout, dtype) if n >= COMPILED_MIN else None
     if kernel is not None:
         kernel(np.ascontiguousarray(w), out.reshape(n, n_layers * cols))
         return out

@@ -19,20 +19,24 @@ at exit; ``run_corpus`` names it so that a killed run's folder is cleared by the
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import math
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from engram_viz._compiled import compiled_kernel
 from engram_viz._files import atomic_writer
 from engram_viz.errors import MemoryLimitError, WriteError
 
 KEY_BYTES = 16  # a distinct key costs 8 bytes of key and 8 of count
+MERGE_MIN = 1 << 18  # keys from which two runs are merged by the compiled loop (numba)
 MIN_CHUNK = 1 << 12  # keys per run per merge step, at least
 MAX_MEMORY_LIMIT = 1 << 60  # 1 EiB: past any machine's memory, and far inside int64
 _UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "kib": 2**10, "m": 1e6, "mb": 1e6, "mib": 2**20}
@@ -65,21 +69,77 @@ def parse_memory_limit(value: str | int | None) -> int | None:
     return size
 
 
+def _merge_loop(ak, ac, bk, bc):  # pragma: no cover - compiled by numba (_merge_kernel)
+    """Two sorted unique runs merged in one linear pass, equal keys' counts summed."""
+    keys = np.empty(ak.shape[0] + bk.shape[0], np.uint64)
+    counts = np.empty(ak.shape[0] + bk.shape[0], np.int64)
+    i = j = u = 0
+    while i < ak.shape[0] and j < bk.shape[0]:
+        if ak[i] < bk[j]:
+            keys[u], counts[u] = ak[i], ac[i]
+            i += 1
+        elif bk[j] < ak[i]:
+            keys[u], counts[u] = bk[j], bc[j]
+            j += 1
+        else:
+            keys[u], counts[u] = ak[i], ac[i] + bc[j]
+            i += 1
+            j += 1
+        u += 1
+    while i < ak.shape[0]:
+        keys[u], counts[u] = ak[i], ac[i]
+        i += 1
+        u += 1
+    while j < bk.shape[0]:
+        keys[u], counts[u] = bk[j], bc[j]
+        j += 1
+        u += 1
+    return keys[:u], counts[:u]
+
+
+@functools.lru_cache(maxsize=1)
+def _merge_kernel() -> Callable | None:
+    source = "import numpy as np\n\n\n" + inspect.getsource(_merge_loop)
+    signature = "Tuple((uint64[::1], int64[::1]))(uint64[::1], int64[::1], uint64[::1], int64[::1])"
+    return compiled_kernel(source, "run_merge", "_merge_loop", signature, nogil=True, boundscheck=False)
+
+
+def _merge_two(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Two sorted unique runs into one: by the compiled linear merge (numba) from ``MERGE_MIN``
+    keys, else ``b``'s keys go to their insertion points in ``a`` (one search, keys ascending),
+    each before an equal key of ``a``, whose counts are then summed into one (no sort, no gather)."""
+    (ak, ac), (bk, bc) = a, b
+    kernel = _merge_kernel() if len(ak) + len(bk) >= MERGE_MIN else None
+    if kernel is not None:
+        c = np.ascontiguousarray
+        return kernel(c(ak, dtype=np.uint64), c(ac, dtype=np.int64), c(bk, dtype=np.uint64), c(bc, dtype=np.int64))
+    n = len(ak) + len(bk)
+    at = np.searchsorted(ak, bk)
+    at += np.arange(len(bk))  # b's places in the merged run
+    from_a = np.ones(n, dtype=bool)
+    from_a[at] = False
+    keys, counts = np.empty(n, dtype=np.uint64), np.empty(n, dtype=np.int64)
+    keys[at], counts[at] = bk, bc
+    keys[from_a], counts[from_a] = ak, ac
+    equal = np.flatnonzero(keys[1:] == keys[:-1])  # a key of b, then the same key of a
+    if len(equal):
+        counts[equal] += counts[equal + 1]
+        keep = np.ones(n, dtype=bool)
+        keep[equal + 1] = False
+        keys, counts = keys[keep], counts[keep]
+    return keys, counts
+
+
 def merge_sorted(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    """Merge sorted unique (keys, counts) runs: sum the counts of equal keys."""
-    parts = [p for p in parts if len(p[0])]
-    if not parts:
+    """Merge sorted unique (keys, counts) runs: sum the counts of equal keys. Runs are merged in
+    pairs, the two shortest first (as a Huffman tree: each key is copied about log(runs) times)."""
+    runs = sorted((p for p in parts if len(p[0])), key=lambda p: len(p[0]))
+    if not runs:
         return np.empty(0, np.uint64), np.empty(0, np.int64)
-    if len(parts) == 1:
-        return parts[0]
-    keys = np.concatenate([p[0] for p in parts])
-    counts = np.concatenate([p[1] for p in parts])
-    order = np.argsort(keys, kind="stable")  # timsort: linear-ish on a few sorted runs
-    keys, counts = keys[order], counts[order]
-    first = np.ones(len(keys), dtype=bool)
-    first[1:] = keys[1:] != keys[:-1]
-    starts = np.flatnonzero(first)
-    return keys[starts], np.add.reduceat(counts, starts)
+    while len(runs) > 1:
+        merged = _merge_two(runs[0], runs[1])
+        runs = sorted([*runs[2:], merged], key=lambda p: len(p[0]))
+    return runs[0]
 
 
 @dataclass

@@ -7,7 +7,7 @@ longer look-back read ``pad`` (= ``token_map[engram_pad_id]``). ``windows[t, s]`
 id multiplied at look-back s (reference section 3), int64 ``[N, max_ngram]``. An image position
 itself is DEAD at s = 0, so its window is all pad (it still hashes, its gate is shut).
 
-This is the one numpy statement of the rule (:func:`_slots`); the torch statement, used by the
+This is the one numpy statement of the rule (:func:`_slots`, with :func:`_near_start`); the torch statement, used by the
 forward, is :class:`~engram_viz.core.hashing.NgramHasher` (the two are tested equal).
 
 The n-gram of order n at t is ``(windows[t, n-1], ..., windows[t, 0])`` (:func:`window_ngrams`):
@@ -66,31 +66,51 @@ class WindowContext:
     run: int = 0
 
 
+def _near_start(n: int, seq_start: np.ndarray | None, k: int, run: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """The rows of a chunk of ``n`` positions whose position within their sequence is below ``k``
+    (only their look-backs can reach before a sequence start): ``(rows int64 [M] ascending, their
+    positions int64 [M], run after the chunk)``; ``run`` is the first row's position when no
+    sequence starts there. Costs O(starts), not O(n)."""
+    starts = np.flatnonzero(seq_start) if seq_start is not None else np.empty(0, dtype=np.int64)
+    head = np.arange(min(n, max(k - run, 0)), dtype=np.int64)  # still near the stream's sequence start
+    near = (starts[:, None] + np.arange(k)).ravel()
+    rows = np.unique(np.concatenate([head, near[near < n]]))
+    if len(starts):
+        at = np.searchsorted(starts, rows, side="right") - 1  # the last start at or before each row
+        pos = np.where(at >= 0, rows - starts[np.maximum(at, 0)], rows + run)
+        after = n - 1 - int(starts[-1]) + 1
+    else:
+        pos, after = rows + run, run + n
+    return rows, pos, after
+
+
 def _slots(
     c: np.ndarray, seq_start: np.ndarray | None, max_ngram: int, pad_id: int, context: WindowContext | None
-) -> tuple[np.ndarray, np.ndarray, WindowContext]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, WindowContext]:
     """The blocked-window rule. c: int64 ``[N]`` (DEAD at masked positions). Returns
     ``(sources int64 [N, max_ngram]`` = ``c[t - s]`` (the context's tail before the chunk),
-    ``blocked bool [N, max_ngram]``, the context for the next chunk)."""
+    ``rows int64 [M]`` and ``blocked bool [M, max_ngram]`` (the rows with a blocked look-back and
+    which; every other look-back is open), the context for the next chunk)."""
     n = len(c)
     k = max_ngram - 1
     if context is None:
         context = WindowContext(np.full(k, pad_id, dtype=np.int64), 0)
-    idx = np.arange(n, dtype=np.int64)
-    if seq_start is not None and n:
-        last = np.maximum.accumulate(np.where(seq_start, idx, -1))
-        pos = np.where(last >= 0, idx - last, idx + context.run)  # position within its sequence
-    else:
-        pos = idx + context.run
-    ext = np.concatenate([context.tail, c])
     sources = np.empty((n, max_ngram), dtype=np.int64)
-    blocked = np.zeros((n, max_ngram), dtype=bool)
-    for s in range(max_ngram):
-        sources[:, s] = ext[k - s : k - s + n]
-        # sticky: blocked at s when s reaches before the start or onto DEAD, or blocked at s - 1
-        blocked[:, s] = (pos < s) | (sources[:, s] == DEAD) | (blocked[:, s - 1] if s else False)
-    new_context = WindowContext(ext[len(ext) - k :].copy(), int(pos[-1]) + 1 if n else context.run)
-    return sources, blocked, new_context
+    sources[:, 0] = c
+    for s in range(1, max_ngram):
+        sources[s:, s] = c[: max(n - s, 0)]
+        m = min(s, n)
+        sources[:m, s] = context.tail[k - s : k - s + m]  # look-backs before the chunk
+    # sticky: blocked at s when s reaches before the start (pos < s, itself sticky in s) or onto DEAD
+    # at any look-back up to s
+    rows, pos, run = _near_start(n, seq_start, k, context.run)
+    blocked = pos[:, None] < np.arange(max_ngram)
+    if n and (c.min() < 0 or (k and context.tail.min() < 0)):  # DEAD somewhere: every row is checked
+        full = np.zeros((n, max_ngram), dtype=bool)
+        full[rows] = blocked
+        rows, blocked = np.arange(n, dtype=np.int64), full | np.logical_or.accumulate(sources == DEAD, axis=1)
+    tail = c[n - k :].copy() if n >= k else np.concatenate([context.tail[n:], c])
+    return sources, rows, blocked, WindowContext(tail, run if n else context.run)
 
 
 def ngram_windows(
@@ -108,8 +128,11 @@ def ngram_windows(
     Returns ``(windows int64 [N, max_ngram], context for the next chunk)``.
     """
     c = np.asarray(compressed, dtype=np.int64)
-    sources, blocked, new_context = _slots(c, seq_start, max_ngram, pad_id, context)
-    return np.where(blocked, pad_id, sources), new_context
+    windows, rows, blocked, new_context = _slots(c, seq_start, max_ngram, pad_id, context)
+    near = windows[rows]
+    near[blocked] = pad_id
+    windows[rows] = near  # the sources array is _slots' own: padded in place
+    return windows, new_context
 
 
 class StreamWindows:
@@ -187,8 +210,10 @@ def sequence_blocked(compressed: np.ndarray, max_ngram: int, token_mask: np.ndar
     bool ``[B*T, max_ngram]``, True at ``[t, s]`` when look-back s of position t reads pad. The
     n-gram of order n at t is blocked when ``[t, n - 1]`` is (the rule is sticky)."""
     flat, starts = _sequences(compressed, token_mask)
-    _, blocked, _ = _slots(flat, starts, max_ngram, DEAD, None)
-    return blocked
+    _, rows, blocked, _ = _slots(flat, starts, max_ngram, DEAD, None)
+    out = np.zeros((len(flat), max_ngram), dtype=bool)
+    out[rows] = blocked
+    return out
 
 
 def window_ngrams(windows: np.ndarray, order: int) -> np.ndarray:

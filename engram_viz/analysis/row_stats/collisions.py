@@ -274,10 +274,10 @@ class CollisionStats(NgramAccumulator):
         recs = []
         shared = self._pass().shared
         for order in self.config.ngram_orders:
-            ngrams, counts = self.counts.ngrams(order)
+            counts = self.counts.ngram_counts(order)
             best = top_indices(counts, np.arange(len(counts)), top)
-            for rank, i in enumerate(best, 1):
-                ids = tuple(int(x) for x in ngrams[i])
+            for rank, (i, row) in enumerate(zip(best, self.counts.ngrams_at(order, best)), 1):
+                ids = tuple(int(x) for x in row)
                 text = decoder.text(ids) if decoder else ""
                 for layer in self.layout.layer_ids:
                     recs.append(
