@@ -6,10 +6,8 @@ summary, options and ``"module:function"`` target); :func:`main` imports the tar
 ``importlib`` only when that sub-command runs, so ``engram-viz corpus`` never loads torch or
 matplotlib and ``engram-viz --help`` loads neither. This is the package's one exception to "imports
 between own modules at module top" (``tests/unit/test_architecture.py`` allows it here and in the
-front door ``engram_viz/__init__.py`` only); the targets themselves import at module top.
-
-Adding a sub-command: a ``_add_NAME(p)`` function for its options (each with a ``help``) and a
-``Command`` row naming the function (in ``commands/`` or the layer's job module) that runs it.
+front door ``engram_viz/__init__.py`` only); the targets themselves import at module top. Adding a
+sub-command: docs/TEAM_NOTES.md.
 """
 
 from __future__ import annotations
