@@ -73,6 +73,10 @@ class HubError(CheckpointError):
     """A checkpoint on the Hugging Face Hub that cannot be had: no such repository, gated, offline, a broken download."""
 
 
+class TransientReadError(Exception):
+    """Internal, never shown: a Hub byte range worth another try (a dropped connection, a 5xx); the text is why."""
+
+
 class GGUFHeaderError(CheckpointError):
     """The bytes are not a GGUF header the suite reads (truncated, another magic or version, an unknown type)."""
 

@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from engram_viz.errors import HubError
+from engram_viz.errors import HubError, TransientReadError
 from engram_viz.weights.hub import HUB_PREFIX, hub_errors
 from engram_viz.weights.row_store import store_root
 
@@ -55,10 +55,6 @@ class HubFile:
         from huggingface_hub import hf_hub_url  # optional at import: only Hub checkpoints need it
 
         return hf_hub_url(self.repo_id, self.filename, revision=self.commit, endpoint=_endpoint())
-
-
-class _Transient(Exception):
-    """A failure worth another try (a dropped connection, a 5xx): its text is the reason."""
 
 
 def _endpoint() -> str | None:
@@ -118,7 +114,7 @@ def _read_with_retries(file: HubFile, start: int, end: int) -> bytes:
             time.sleep(BACKOFF_S * 2 ** (attempt - 1))
         try:
             return _read_once(file, start, end)
-        except _Transient as err:
+        except TransientReadError as err:
             why = str(err)
     raise HubError(
         f"{file.label}: bytes {start}-{end - 1} could not be read after {TRIES} tries ({why}); "
@@ -127,7 +123,7 @@ def _read_with_retries(file: HubFile, start: int, end: int) -> bytes:
 
 
 def _read_once(file: HubFile, start: int, end: int) -> bytes:
-    """One range request, checked (see the module docstring); ``_Transient`` when worth retrying."""
+    """One range request, checked (see the module docstring); ``TransientReadError`` when worth retrying."""
     from huggingface_hub import get_session
     from huggingface_hub.utils import build_hf_headers, hf_raise_for_status
 
@@ -141,14 +137,14 @@ def _read_once(file: HubFile, start: int, end: int) -> bytes:
             body = response.content
         except Exception as err:
             if isinstance(err, OSError) or type(err).__module__.startswith(("httpx", "httpcore")):
-                raise _Transient(f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:120]}") from None
+                raise TransientReadError(f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:120]}") from None
             raise
         if response.status_code == 429 or response.status_code >= 500:
-            raise _Transient(f"HTTP {response.status_code}")
+            raise TransientReadError(f"HTTP {response.status_code}")
         if not on_hub and response.status_code in (401, 403, 410):  # the signed storage URL expired
             with _LOCK:
                 _LOCATIONS.pop((file, file.url()), None)
-            raise _Transient(f"HTTP {response.status_code} from storage")
+            raise TransientReadError(f"HTTP {response.status_code} from storage")
         hf_raise_for_status(response)
     if on_hub:  # storage URLs are content-addressed; the Hub's own answer names the file it served
         first = (list(response.history) or [response])[0]
@@ -157,7 +153,7 @@ def _read_once(file: HubFile, start: int, end: int) -> bytes:
     if response.status_code != 206:
         raise HubError(f"{file.label}: the server answered HTTP {response.status_code} to a byte range; expected 206")
     if len(body) != end - start:
-        raise _Transient(f"{len(body)} of {end - start} bytes came")
+        raise TransientReadError(f"{len(body)} of {end - start} bytes came")
     return body
 
 

@@ -94,6 +94,10 @@ def _frames() -> types.SimpleNamespace:
         ],
         columns=["layer", "scope", "mode", "policy", "cache_rows", "cache_bytes", "hit_rate", "best_hit_rate"],
     )
+    quality = pd.DataFrame(
+        [("fp8", 8.25, 98.0, 0.0, 0.0), ("Q4_0", 4.5, 53.5, 2e-3, 0.04)],
+        columns=["candidate", "bits_per_weight", "table_gb", "kl", "gate_change_p99"],
+    )
     twins = pd.DataFrame(
         [
             ("p", pos, f"t{pos}", lay, s, 0.1 * pos - 0.05 * s)
@@ -124,6 +128,7 @@ PLOTS = {
     "loss_change_by_token": (lambda f, ax: viz.loss_change_by_token(f.loss, "p", ax=ax), 1),
     "gate_change_vs_colliding_heads": (lambda f, ax: viz.gate_change_vs_colliding_heads(f.orders, ax=ax), 1),
     "picture_twin_plot": (lambda f, ax: viz.picture_twin_plot(f.twins, ax=ax), len(LAYERS)),
+    "quality_vs_bits": (lambda f, ax: viz.quality_vs_bits(f.quality, ax=ax), 2),
     "hit_rate_vs_size": (lambda f, ax: viz.hit_rate_vs_size(f.hit_rates, marks={"16,384 rows": 264 * 16384}, ax=ax), 2),
 }
 
