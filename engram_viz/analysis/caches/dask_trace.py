@@ -1,6 +1,6 @@
 """A corpus's row-access trace on Dask: the spans of ``dask_counting`` traced as tasks, written in order.
 
-The client cuts the files into spans of whole documents (``dask_counting._spans``: about
+The client cuts the files into spans of whole documents (``dask_counting.file_spans``: about
 ``spec.batch_chars`` bytes, cut where a document starts, gzipped files decompressed into a spool
 folder first), and each task reads, tokenizes and hashes one span (a span starts a sequence, so
 its windows need nothing from the span before) and returns its row ids as uint32
@@ -22,8 +22,8 @@ import numpy as np
 
 from engram_viz._progress import progress_bar
 from engram_viz.analysis.caches.row_trace import ROW_DTYPE, RowTrace, TraceWriter
-from engram_viz.analysis.corpus.counting import _encode, file_record
-from engram_viz.analysis.corpus.dask_counting import RETRIES, _spans
+from engram_viz.analysis.corpus.counting import encode_pieces, file_record
+from engram_viz.analysis.corpus.dask_counting import RETRIES, file_spans
 from engram_viz.analysis.corpus.documents import (
     DocumentSpec,
     Span,
@@ -44,7 +44,7 @@ def span_rows(span: Span, spec: DocumentSpec, config: EngramConfig, tok: Any) ->
     for text, cont in iter_span_documents(span, spec.text_field, spec.doc_mode, spec.max_doc_chars):
         texts.append(text)
         continues.append(cont)
-    ids, starts = _encode(tok, texts, continues, spec.bos)
+    ids, starts = encode_pieces(tok, texts, continues, spec.bos)
     shape = (0, config.n_engram_layers, config.n_hash_cols)
     if not len(ids):
         return np.zeros(shape, dtype=ROW_DTYPE), continues.count(False)
@@ -83,7 +83,7 @@ def trace_corpus_dask(
 
     spool = tempfile.TemporaryDirectory(prefix="engram-viz-trace-spool-") if any(map(is_gzip, files)) else None
     try:
-        for fi, span in _spans(files, spec, Path(spool.name) if spool else None):
+        for fi, span in file_spans(files, spec, Path(spool.name) if spool else None):
             pending.append((fi, client.submit(span_rows, span, spec, cfg, tok_f, pure=False, retries=RETRIES)))
             if len(pending) > 2 * n_workers:
                 settle()
