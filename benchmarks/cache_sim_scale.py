@@ -2,7 +2,7 @@
 
     python benchmarks/cache_sim_scale.py [--tokens 10000000 30000000 100000000] [--workers 2]
                                          [--layer 1] [--scope n2] [--policies LRU,Belady]
-                                         [--rows 16384 1048576] [--config v41-flash] [--json OUT.json]
+                                         [--rows 16384] [--config v41-flash] [--json OUT.json]
 
 Corpora: ``corpus_scale``'s ``text`` corpus (the default corpus's documents repeated, each
 repetition in a fresh shuffled order, as JSONL), written once per size into a temporary folder.
@@ -18,7 +18,8 @@ worker processes, in two phases:
    trace is one task (12 B an access written to a second file), then every (policy, size) is one
    task reading its file through libCacheSim's C reader in segments.
 
-The subset (one layer, one scope, two policies at two sizes) keeps the 100 M-token row within
+The subset (one layer, one scope, two policies at one size; each further size adds its two jobs)
+keeps the 100 M-token row within
 about 15 minutes on two shared cores; the memory of each step does not depend on it.
 
 Reported per row: wall and CPU seconds of each phase (CPU: the client process, which holds the
@@ -142,7 +143,7 @@ def main() -> None:
     p.add_argument("--layer", type=int, default=1)
     p.add_argument("--scope", default="n2")
     p.add_argument("--policies", default="LRU,Belady")
-    p.add_argument("--rows", type=int, nargs="+", default=[16_384, 1 << 20])
+    p.add_argument("--rows", type=int, nargs="+", default=[16_384])
     p.add_argument("--json", default=None, help="also write the results here (after every row)")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
