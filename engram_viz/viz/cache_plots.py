@@ -4,7 +4,8 @@ Takes the ``hit_rates`` frame of :func:`engram_viz.analysis.caches.simulate.simu
 (layer, scope, mode, policy, cache_rows, cache_bytes, hit_rate, best_hit_rate), one panel per
 Engram layer; Belady's optimum is drawn dashed (the offline bound no online policy passes), the
 hit rate of an infinite cache (only first reads miss) dotted, and named sizes (the caches serving
-ports ship) as vertical marks. Draws into ``ax`` when given, else into a new themed figure, and
+ports ship) as vertical marks. A policy whose line is another's, point for point (LFU and SIEVE
+on Engram traces), is drawn under it: the legend says so (``SIEVE (= LFU)``). Draws into ``ax`` when given, else into a new themed figure, and
 returns its Axes either way.
 """
 
@@ -56,8 +57,12 @@ def hit_rate_vs_size(
         for panel, lay in zip(axes, layers):
             at = sel[sel["layer"] == lay]
             policies = list(dict.fromkeys(at["policy"]))
+            seen: dict[str, list] = {}  # policy -> its (bytes, hit rate) points
             for k, policy in enumerate(policies):
                 line = at[at["policy"] == policy].sort_values("cache_bytes")
+                points = list(zip(line["cache_bytes"], line["hit_rate"]))
+                same = [p for p, other in seen.items() if other == points]
+                seen[policy] = points
                 bound = policy == BOUND
                 (h,) = panel.plot(
                     line["cache_bytes"],
@@ -70,7 +75,7 @@ def hit_rate_vs_size(
                 )
                 if lay == layers[0]:
                     handles.append(h)
-                    labels.append(f"{policy} (optimum)" if bound else policy)
+                    labels.append(f"{policy} (optimum)" if bound else f"{policy} (= {same[0]})" if same else policy)
             best = float(at["best_hit_rate"].iloc[0])
             panel.axhline(best, color=t.muted, linestyle=":", linewidth=1)
             panel.text(at["cache_bytes"].min(), best, " infinite cache", va="bottom", fontsize=7, color=t.muted)

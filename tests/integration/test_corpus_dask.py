@@ -153,14 +153,14 @@ def test_gzipped_files_travel_as_spans_of_a_decompressed_copy(
     removed when the count ends, and ``run_corpus`` leaves nothing beside its output."""
     one = count_corpus(corpus_files, v41_config, tokenizer, progress=False)
     tasks = []
-    cut = dask_counting._spans
+    cut = dask_counting.file_spans
 
     def spy(*args):  # each span as the client submits it: its bytes already on disk?
         for fi, span in cut(*args):
             tasks.append((span, span.path.stat().st_size >= span.stop))
             yield fi, span
 
-    monkeypatch.setattr(dask_counting, "_spans", spy)
+    monkeypatch.setattr(dask_counting, "file_spans", spy)
     spool = tmp_path / "spool"
     spool.mkdir()
     with dask_client(workers=2, processes=False) as client:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from _brute_caches import belady, lfu, lru, next_uses, sieve
 
+from engram_viz.analysis.caches import simulate
 from engram_viz.analysis.caches.cache_sizes import parse_size, parse_sizes
 from engram_viz.analysis.caches.future_access import NEVER, write_future_trace
 from engram_viz.analysis.caches.page_io import miss_stream
@@ -47,6 +48,16 @@ def test_hits_match_a_brute_force_cache_window_by_window(tmp_path, policy, seed)
         for w in windows:
             a = w["first_access"]
             assert w["hits"] == sum(outcome[a : a + w["accesses"]]), (policy, size, w)
+
+
+@pytest.mark.parametrize("policy", ["LRU", "Belady"])
+def test_reading_in_segments_changes_no_count(tmp_path, monkeypatch, policy):
+    trace = _trace(2)
+    path, future = _files(tmp_path, trace)
+    outcome = BRUTE[policy](trace, 17)
+    monkeypatch.setattr(simulate, "SEGMENT", 13)  # a fresh reader every 13 requests, windows cut across them
+    windows = run_job(SimJob(str(future if policy == "Belady" else path), 1, "all", "token", policy, 17, windows=7))
+    assert [w["hits"] for w in windows] == [sum(outcome[w["first_access"] :][: w["accesses"]]) for w in windows]
 
 
 def test_belady_bounds_every_policy(tmp_path):

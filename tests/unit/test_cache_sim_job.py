@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from engram_viz.analysis.caches.page_io import LAYOUTS, disk_need, disk_table, pages_per_unit
+from engram_viz.apps.cache_sim_job import run_cache_sim
 from engram_viz.cli import main
 from engram_viz.errors import CacheSimError
 
@@ -107,3 +108,11 @@ def test_bad_inputs_are_refused_with_one_line(corpus, tmp_path, capsys, extra, m
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith("engram-viz cache-sim: error: ") and message in err[0], err
     assert not out.exists() and not list(tmp_path.iterdir())  # nothing half-written, no trace left
+
+
+def test_an_empty_corpus_on_dask_is_refused_and_leaves_nothing(corpus, tmp_path):
+    pytest.importorskip("dask.distributed")
+    out = tmp_path / "out"
+    with pytest.raises(CacheSimError, match="gave no tokens"):
+        run_cache_sim([corpus / "empty.txt"], out, "v41-flash", workers=2, processes=False, progress=False)
+    assert not list(tmp_path.iterdir())  # no output, no trace folder

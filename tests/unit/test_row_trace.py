@@ -116,12 +116,25 @@ def test_the_dask_trace_equals_the_one_process_trace(v41, tmp_path):
     one = trace_corpus([corpus], cfg, tok, spec=spec, chunk=6, folder=tmp_path / "one", progress=False)
     with dask_client(2, processes=False) as client:
         many = trace_corpus_dask(client, [corpus], cfg, tok, tmp_path / "many", spec, chunk=6, progress=False)
+        part = trace_corpus_dask(
+            client, [corpus], cfg, tok, tmp_path / "part", spec, 6, progress=False, layers=[14], scopes=["n3"]
+        )
         if importlib.util.find_spec("libcachesim"):  # the simulations as tasks: the same tables
             on_dask = simulate_trace(many, "LRU,Belady", [100, 200], 264, windows=3, client=client)
             here = simulate_trace(one, "LRU,Belady", [100, 200], 264, windows=3)
             for a, b in zip(on_dask, here, strict=True):
                 pd.testing.assert_frame_equal(a, b)
     assert many.tokens == one.tokens and many.files[0]["documents"] == 12
+    part = RowTrace.open(part.folder)  # one layer, one scope: its files are the whole trace's
+    assert part.layer_ids == (14,) and part.scopes == ("n3",) and part.tokens == one.tokens
+    assert sorted(p.name for p in part.folder.glob("L*")) == [
+        "L14-n3-chunk6.steps",
+        "L14-n3-chunk6.u32",
+        "L14-n3-token.u32",
+    ]
+    for name in ("L14-n3-chunk6.steps", "L14-n3-chunk6.u32", "L14-n3-token.u32"):
+        assert (part.folder / name).read_bytes() == (one.folder / name).read_bytes(), name
+    assert part.distinct_rows(14, "n3") == one.distinct_rows(14, "n3")
     for name in sorted(p.name for p in (tmp_path / "one").glob("L*")):
         assert (tmp_path / "many" / name).read_bytes() == (tmp_path / "one" / name).read_bytes(), name
 
@@ -137,6 +150,10 @@ def test_bad_traces_are_refused(v41, tmp_path):
         TraceWriter(cfg, tmp_path / "w", chunk=0)
     with pytest.raises(CacheSimError, match="shape"):
         TraceWriter(cfg, tmp_path / "w").add(np.zeros((3, 2, 23), dtype=np.int64))
+    for bad in ({"layers": [2]}, {"scopes": ["n5"]}):
+        with pytest.raises(CacheSimError, match="has layers"):
+            TraceWriter(cfg, tmp_path / "b", **bad)
+    assert not (tmp_path / "b").exists()
 
 
 def test_token_id_sequences_trace_like_the_hasher(v41, tmp_path):

@@ -2,7 +2,7 @@
 
 The corpus path is the one ``analysis.corpus`` counts with, called, not copied: files become
 documents (``documents.iter_documents``, :class:`DocumentSpec`), each document one sequence with
-BOS first (``counting._encode``), windows carried across batch cuts (``StreamWindows``), row ids
+BOS first (``counting.encode_pieces``), windows carried across batch cuts (``StreamWindows``), row ids
 from the vectorised hash (``row_ids.rows_from_windows``, bit-identical to ``NgramHasher``).
 Memory: one batch of ``spec.batch_chars`` characters, its row ids (``[N, n_layers, 24]`` int64,
 about 400 B a token) and an unfinished prefill chunk; the trace itself goes to disk as it comes.
@@ -20,7 +20,7 @@ import pandas as pd
 
 from engram_viz._progress import progress_bar
 from engram_viz.analysis.caches.row_trace import RowTrace, TraceWriter
-from engram_viz.analysis.corpus.counting import _encode, checked_files, file_record
+from engram_viz.analysis.corpus.counting import checked_files, encode_pieces, file_record
 from engram_viz.analysis.corpus.documents import DocumentSpec, check_unchanged, file_stamp, iter_documents
 from engram_viz.analysis.corpus.row_ids import rows_from_windows
 from engram_viz.analysis.corpus.windows import StreamWindows
@@ -47,7 +47,7 @@ class _Tracer:
         """Tokenize one batch of document pieces and trace it; False once max_tokens is reached."""
         if not texts:
             return True
-        ids, starts = _encode(self.tok, texts, continues, bos)
+        ids, starts = encode_pieces(self.tok, texts, continues, bos)
         done = False
         if self.max_tokens is not None and self.writer.tokens + len(ids) >= self.max_tokens:
             keep = self.max_tokens - self.writer.tokens

@@ -27,9 +27,13 @@ FUTURE_DTYPE = np.dtype([("row", "<u4"), ("next", "<i8")])  # libCacheSim binary
 BLOCK = 1 << 23  # accesses per block: 8 M (about 200 MB with the sort scratch)
 
 
-def next_accesses(rows: np.ndarray, start: int, seen_rows: np.ndarray, seen_pos: np.ndarray) -> np.ndarray:
+def next_accesses(
+    rows: np.ndarray, start: int, seen_rows: np.ndarray, seen_pos: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``next`` int64 ``[n]`` of the block ``rows`` (uint32 ``[n]``, starting at trace position
-    ``start``), given ``seen_rows`` (sorted) / ``seen_pos``: the first access of each row after the block."""
+    ``start``), given ``seen_rows`` (sorted) / ``seen_pos``: the first access of each row after the
+    block; and ``seen`` after stepping back over the block (its first access of each row replaces
+    a later one). One stable sort of the block serves both."""
     n = len(rows)
     order = np.argsort(rows, kind="stable")  # groups of equal rows, positions ascending within each
     ordered = rows[order]
@@ -38,22 +42,18 @@ def next_accesses(rows: np.ndarray, start: int, seen_rows: np.ndarray, seen_pos:
     nxt[order[:-1][same]] = order[1:][same] + start  # the next member of the same group
     last = np.ones(n, dtype=bool)
     last[:-1] = ~same  # the last access of each row in the block
-    tail_rows, tail_idx = ordered[last], order[last]
-    at = np.searchsorted(seen_rows, tail_rows)
+    first = np.ones(n, dtype=bool)
+    first[1:] = ~same  # the first access of each row in the block
+    block_rows = ordered[first]  # the block's distinct rows, sorted (as ordered[last])
+    at = np.searchsorted(seen_rows, block_rows)
     found = at < len(seen_rows)
-    found[found] = seen_rows[at[found]] == tail_rows[found]
-    nxt[tail_idx[found]] = seen_pos[at[found]]
-    return nxt
-
-
-def _merge_seen(rows: np.ndarray, start: int, seen_rows: np.ndarray, seen_pos: np.ndarray):
-    """``seen`` after stepping back over the block: the block's first access of each row replaces
-    a later one (sorted row ids, positions)."""
-    first_rows, first = np.unique(rows, return_index=True)
-    both = np.concatenate([first_rows, seen_rows])
-    pos = np.concatenate([first.astype(np.int64) + start, seen_pos])
-    merged, pick = np.unique(both, return_index=True)  # the block's entry comes first: it wins
-    return merged, pos[pick]
+    found[found] = seen_rows[at[found]] == block_rows[found]
+    nxt[order[last][found]] = seen_pos[at[found]]
+    first_pos = order[first].astype(np.int64) + start
+    seen_pos = seen_pos.copy()
+    seen_pos[at[found]] = first_pos[found]  # seen again earlier: the block's access is now the first
+    new = ~found  # rows not seen after the block: inserted in sorted place (a merge, no sort)
+    return nxt, np.insert(seen_rows, at[new], block_rows[new]), np.insert(seen_pos, at[new], first_pos[new])
 
 
 def write_future_trace(trace_path: str | Path, out_path: str | Path, block: int = BLOCK) -> Path:
@@ -72,7 +72,6 @@ def write_future_trace(trace_path: str | Path, out_path: str | Path, block: int 
             )
             records = np.empty(size, dtype=FUTURE_DTYPE)
             records["row"] = chunk
-            records["next"] = next_accesses(chunk, start, seen_rows, seen_pos)
+            records["next"], seen_rows, seen_pos = next_accesses(chunk, start, seen_rows, seen_pos)
             os.pwrite(dst.fileno(), records.tobytes(), start * FUTURE_DTYPE.itemsize)
-            seen_rows, seen_pos = _merge_seen(chunk, start, seen_rows, seen_pos)
     return out_path

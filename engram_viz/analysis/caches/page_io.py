@@ -111,7 +111,7 @@ def _window(trace: RowTrace, layer: int, mode: str, tokens: int) -> tuple[int, i
 def _column_orders(trace: RowTrace, layer: int, rows: np.ndarray) -> np.ndarray:
     """The n-gram order of each row id (its column from the layer's offsets)."""
     layout = EngramLayout(trace.config)
-    offsets = layout.offsets[trace.layer_ids.index(layer)]
+    offsets = layout.offsets[list(trace.config.engram_layer_ids).index(layer)]
     col = np.searchsorted(offsets, rows, side="right") - 1
     return 2 + col // trace.config.engram_n_heads
 

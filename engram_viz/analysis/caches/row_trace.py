@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,7 +63,8 @@ def scope_columns(config: EngramConfig, scope: str) -> np.ndarray:
 @dataclass
 class RowTrace:
     """A trace folder (see the module docstring): ``tokens`` positions, the files of each
-    ``(layer, scope, mode)``, ``source``: what was traced, in words."""
+    ``(layer, scope, mode)``, ``source``: what was traced, in words; ``layers``: the Engram layers
+    traced (empty: all of the config's)."""
 
     folder: Path
     config: EngramConfig
@@ -71,6 +73,7 @@ class RowTrace:
     scopes: tuple[str, ...]
     source: str = ""
     files: list[dict] = field(default_factory=list)  # the corpus files and their tokens
+    layers: tuple[int, ...] = ()
 
     @property
     def modes(self) -> tuple[str, ...]:
@@ -78,7 +81,12 @@ class RowTrace:
 
     @property
     def layer_ids(self) -> tuple[int, ...]:
-        return tuple(self.config.engram_layer_ids)
+        return tuple(self.layers) or tuple(self.config.engram_layer_ids)
+
+    def table_rows(self, layer: int) -> int:
+        """Rows of layer ``layer``'s table (the range its row ids fall in)."""
+        self.path(layer, self.scopes[0])  # checks the layer
+        return int(EngramLayout(self.config).rows_per_layer[list(self.config.engram_layer_ids).index(layer)])
 
     def path(self, layer: int, scope: str = "all", mode: str = "token") -> Path:
         if layer not in self.layer_ids or scope not in self.scopes or mode not in self.modes:
@@ -106,12 +114,15 @@ class RowTrace:
         return np.memmap(p, dtype=ROW_DTYPE, mode="r")
 
     def distinct_rows(self, layer: int, scope: str = "all", mode: str = "token", block: int = 1 << 23) -> int:
-        """The trace's working set: how many distinct rows it reads (memory: 4 B a distinct row)."""
-        rows = self.rows(layer, scope, mode)
-        seen = np.zeros(0, dtype=ROW_DTYPE)
-        for a in range(0, len(rows), block):
-            seen = np.union1d(seen, np.asarray(rows[a : a + block]))
-        return len(seen)
+        """The trace's working set: how many distinct rows it reads. One pass in blocks read with
+        positioned I/O (no memory map: the file's pages never count in this process); memory: a
+        flag a table row, of which only the pages of rows read are touched (at most the table's
+        rows in bytes, whatever the trace's length)."""
+        seen = np.zeros(self.table_rows(layer), dtype=bool)  # calloc: untouched pages cost nothing
+        with open(self.path(layer, scope, mode), "rb") as fh:
+            while chunk := fh.read(block * ROW_DTYPE.itemsize):
+                seen[np.frombuffer(chunk, ROW_DTYPE)] = True
+        return int(np.count_nonzero(seen))
 
     def cleanup(self) -> None:
         """Remove the trace folder."""
@@ -126,26 +137,47 @@ class RowTrace:
         except (OSError, ValueError) as err:
             raise CacheSimError(f"{folder} is not a row-trace folder (no readable trace.json: {err})") from None
         cfg = EngramConfig.from_dict(meta["config"], meta["config_name"])
-        return cls(folder, cfg, meta["tokens"], meta["chunk"], tuple(meta["scopes"]), meta["source"], meta["files"])
+        layers = tuple(meta.get("layers", ()))
+        return cls(
+            folder, cfg, meta["tokens"], meta["chunk"], tuple(meta["scopes"]), meta["source"], meta["files"], layers
+        )
 
 
 class TraceWriter:
     """Row ids in token order -> the trace files of every (layer, scope, mode), appended batch by
-    batch (memory: one batch plus the tokens of an unfinished prefill chunk)."""
+    batch (memory: one batch plus the tokens of an unfinished prefill chunk). ``layers`` /
+    ``scopes``: trace only these (default: every Engram layer; ``all``, and each order's scope
+    when ``orders``)."""
 
-    def __init__(self, config: EngramConfig | str, folder: str | Path, chunk: int | None = None, orders: bool = True):
+    def __init__(
+        self,
+        config: EngramConfig | str,
+        folder: str | Path,
+        chunk: int | None = None,
+        orders: bool = True,
+        layers: Sequence[int] | None = None,
+        scopes: Sequence[str] | None = None,
+    ):
         self.config = load_config(config)
         if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1):
             raise CacheSimError(f"prefill chunk must be a positive number of tokens, got {chunk!r}")
+        every = list(self.config.engram_layer_ids)
+        layers, scopes = tuple(layers or ()), tuple(scopes or scope_names(self.config, orders))
+        if not set(layers) <= set(every) or not set(scopes) <= set(scope_names(self.config, True)):
+            raise CacheSimError(
+                f"config {self.config.name!r} has layers {every} and scopes {list(scope_names(self.config, True))}; "
+                f"got layers {list(layers)}, scopes {list(scopes)}"
+            )
+        self.layer_index = [every.index(layer) for layer in layers] if layers else slice(None)
         rows = EngramLayout(self.config).rows_per_layer
         if int(rows.max()) > 2**32:
             raise CacheSimError(f"config {self.config.name!r}: tables of {int(rows.max()):,} rows exceed uint32 ids")
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
-        self.chunk, self.scopes = chunk, scope_names(self.config, orders)
+        self.chunk, self.scopes = chunk, scopes
         self.tokens = 0
-        self.pending = np.zeros((0, self.config.n_engram_layers, self.config.n_hash_cols), dtype=np.int64)
-        self.trace = RowTrace(self.folder, self.config, 0, chunk, self.scopes)
+        self.trace = RowTrace(self.folder, self.config, 0, chunk, self.scopes, layers=layers)
+        self.pending = np.zeros((0, len(self.trace.layer_ids), self.config.n_hash_cols), dtype=np.int64)
         self._handles = {  # closed in close()
             (layer, scope, mode): open(self.trace.path(layer, scope, mode), "wb")  # noqa: SIM115
             for layer in self.trace.layer_ids
@@ -158,9 +190,18 @@ class TraceWriter:
                     self._handles[(layer, scope, "steps")] = open(self.trace.steps_path(layer, scope), "wb")  # noqa: SIM115
 
     def add(self, rows: np.ndarray) -> None:
-        """The row ids of the next ``N`` tokens of the stream, int ``[N, n_layers, n_hash_cols]``."""
+        """The row ids of the next ``N`` tokens of the stream, int ``[N, n_layers, n_hash_cols]``
+        (every Engram layer of the config; ``add_traced``: the traced layers only)."""
         rows = np.asarray(rows)
         want = (self.config.n_engram_layers, self.config.n_hash_cols)
+        if rows.ndim != 3 or rows.shape[1:] != want:
+            raise CacheSimError(f"row ids must have shape [N, {want[0]}, {want[1]}], got {list(rows.shape)}")
+        self.add_traced(rows[:, self.layer_index])
+
+    def add_traced(self, rows: np.ndarray) -> None:
+        """As :meth:`add`, the rows of the traced layers only, int ``[N, len(layer_ids), n_hash_cols]``."""
+        rows = np.asarray(rows)
+        want = (len(self.trace.layer_ids), self.config.n_hash_cols)
         if rows.ndim != 3 or rows.shape[1:] != want:
             raise CacheSimError(f"row ids must have shape [N, {want[0]}, {want[1]}], got {list(rows.shape)}")
         self.tokens += len(rows)
@@ -204,6 +245,7 @@ class TraceWriter:
             "scopes": list(t.scopes),
             "source": source,
             "files": t.files,
+            "layers": list(t.layers),
         }
         atomic_write_text(self.folder / "trace.json", json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
         return t

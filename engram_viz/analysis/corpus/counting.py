@@ -50,7 +50,7 @@ class CorpusStats:
     elapsed_s: float = 0.0
 
 
-def _encode(tok: Any, texts: list[str], continues: list[bool], bos: bool) -> tuple[np.ndarray, np.ndarray]:
+def encode_pieces(tok: Any, texts: list[str], continues: list[bool], bos: bool) -> tuple[np.ndarray, np.ndarray]:
     """One batch of document pieces -> ``(raw ids int64 [N], seq_start bool [N])``; a piece that
     starts a document starts a sequence (with BOS first when ``bos``), unless it has no tokens."""
     ids, lengths = tok.encode_batch(texts)  # one batch call (EngramTokenizer.encode_batch)
@@ -68,7 +68,7 @@ def count_batch(
 ) -> tuple[NgramCounts, np.ndarray, int]:
     """One batch of whole documents counted on its own (its first piece starts a document):
     ``(counts, raw id occurrences int64 [vocab], tokens)``. The unit of work of the Dask engine."""
-    ids, st = _encode(tok, texts, continues, bos)
+    ids, st = encode_pieces(tok, texts, continues, bos)
     stream = StreamWindows(config, tok.token_map)
     counts = NgramCounts(config, stream.pad_id)
     if len(ids):
@@ -101,7 +101,7 @@ class _Counter:
         """Tokenize and count one batch; False once max_tokens is reached."""
         if not texts:
             return True
-        ids, st = _encode(self.tok, texts, continues, self.spec.bos)
+        ids, st = encode_pieces(self.tok, texts, continues, self.spec.bos)
         if not len(ids):
             return True
         stats, done = self.stats, False

@@ -111,7 +111,7 @@ def checked_workers(workers: Any) -> int:
     return workers
 
 
-def _spans(files: list[Path], spec: DocumentSpec, spool: Path | None) -> Iterator[tuple[int, Span]]:
+def file_spans(files: list[Path], spec: DocumentSpec, spool: Path | None) -> Iterator[tuple[int, Span]]:
     """``(file index, span)`` in order: byte spans of whole documents of about ``spec.batch_chars`` bytes;
     a gzipped file's spans are of its decompressed copy in ``spool``, written as they are cut."""
     for fi, path in enumerate(files):
@@ -239,7 +239,7 @@ def count_corpus_dask(
     gzipped = any(map(is_gzip, files))
     spool = tempfile.TemporaryDirectory(suffix=".tmp", prefix=spool_prefix, dir=spool_dir) if gzipped else None
     try:
-        for fi, span in _spans(files, spec, Path(spool.name).absolute() if spool else None):
+        for fi, span in file_spans(files, spec, Path(spool.name).absolute() if spool else None):
             bar.set_postfix_str(files[fi].name)
             fut = client.submit(_task, span, spec, cfg, tok_f, parts, pure=False, retries=RETRIES)
             for i in range(parts):
