@@ -107,6 +107,9 @@ class _CollisionConsumer:
         k, m = len(view.ngrams), view.prime
         n_occupied, n_shared, per_key = view.occupancy()
         colliding = per_key >= 2
+        stats = view.stats()  # the colliding n-grams and positions summed over the shared buckets (fewer than n-grams)
+        shared_buckets = stats.n_ngrams >= 2
+        n_colliding = int(stats.n_ngrams[shared_buckets].sum())
         exp = expected_uniform(k, m)
         res.columns.append(
             {
@@ -118,9 +121,9 @@ class _CollisionConsumer:
                 "distinct_ngrams": k,
                 "occupied": n_occupied,
                 "shared_buckets": n_shared,
-                "colliding_ngrams": int(colliding.sum()),
+                "colliding_ngrams": n_colliding,
                 "positions": view.positions,
-                "colliding_positions": int(view.counts[colliding].sum()),
+                "colliding_positions": int(stats.hits[shared_buckets].sum()),
                 "expected_occupied": float(exp["occupied"]),
                 "expected_shared_buckets": float(exp["shared_buckets"]),
                 "expected_colliding_ngrams": float(exp["colliding_ngrams"]),
@@ -148,7 +151,7 @@ class _CollisionConsumer:
                     }
                 )
         n_examples, per_bucket, candidates = self.params
-        if n_examples and colliding.any():
+        if n_examples and n_colliding:
             top = self._top_colliding(view, colliding, candidates)
             res.examples += _column_examples(view, top, n_examples, per_bucket)
 
