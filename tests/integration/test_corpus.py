@@ -24,7 +24,6 @@ from engram_viz.analysis.corpus.documents import (
     CorpusError,
     DocumentSpec,
     document_spans,
-    iter_document_blocks,
     iter_documents,
     iter_span_documents,
 )
@@ -375,15 +374,15 @@ def test_a_file_changed_while_it_is_counted_is_refused(tmp_path, text_file, toke
         size = big.stat().st_size
 
         def reading(path, *args, _change=change, _big=big, _size=size, **kwargs):
-            for i, piece in enumerate(iter_document_blocks(path, *args, **kwargs)):
-                if i == 0 and Path(path) == _big:  # after the first documents: the file changes
+            for i, piece in enumerate(iter_documents(path, *args, **kwargs)):
+                if i == 1 and Path(path) == _big:  # after the first document: the file changes
                     if _change == "truncate":
                         os.truncate(_big, _size // 2)
                     else:
                         os.utime(_big, ns=(1, 1))
                 yield piece
 
-        monkeypatch.setattr(counting, "iter_document_blocks", reading)
+        monkeypatch.setattr(counting, "iter_documents", reading)
         out = tmp_path / f"out-{change}"
         said = f"bytes -> {size // 2} bytes" if change == "truncate" else "modified or replaced, same size"
         with pytest.raises(CorpusError, match=f"corpus file .*{change}.txt changed while it was read .*{said}"):

@@ -12,8 +12,6 @@ the shipped prompts, whose reader imports torch, which counting does not need).
 
 from __future__ import annotations
 
-import bisect
-import itertools
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -30,7 +28,7 @@ from engram_viz.analysis.corpus.documents import (
     corpus_file_stat,
     file_stamp,
     is_jsonl,
-    iter_document_blocks,
+    iter_documents,
 )
 from engram_viz.analysis.corpus.ngram_counts import NgramCounts
 from engram_viz.analysis.corpus.windows import StreamWindows
@@ -131,23 +129,19 @@ class _Counter:
         self.bar.set_postfix_str(path.name)
         texts, continues, size = [], [], 0
         first = True
-        for got, got_continues in iter_document_blocks(path, spec.text_field, spec.doc_mode, spec.max_doc_chars):
-            if first and got:
-                got_continues[0], first = False, False  # a file always starts a sequence
-            while got:  # batches cut where the old piece-by-piece loop cut them: at batch_chars
-                sizes = list(itertools.accumulate(map(len, got), initial=size))
-                k = bisect.bisect_left(sizes, spec.batch_chars, 1)  # pieces taken (all when < len(sizes))
-                texts += got[:k]
-                continues += got_continues[:k]
-                docs = got_continues[:k].count(False)
-                record["documents"] += docs
-                self.stats.documents += docs
-                size = sizes[min(k, len(got))]
-                got, got_continues = got[k:], got_continues[k:]
-                if size >= spec.batch_chars:
-                    if not self.flush(texts, continues, record):
-                        return False
-                    texts, continues, size = [], [], 0
+        for text, cont in iter_documents(path, spec.text_field, spec.doc_mode, spec.max_doc_chars):
+            cont = cont and not first  # a file always starts a sequence
+            first = False
+            texts.append(text)
+            continues.append(cont)
+            size += len(text)
+            if not cont:
+                record["documents"] += 1
+                self.stats.documents += 1
+            if size >= spec.batch_chars:
+                if not self.flush(texts, continues, record):
+                    return False
+                texts, continues, size = [], [], 0
         return self.flush(texts, continues, record)
 
 

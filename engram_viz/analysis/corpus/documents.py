@@ -18,7 +18,6 @@ import contextlib
 import errno
 import gzip
 import io
-import itertools
 import json
 import os
 import re
@@ -162,26 +161,6 @@ def iter_documents(
     check_unchanged(path, stamp)
 
 
-def iter_document_blocks(
-    path: str | Path, text_field: str = "text", doc_mode: str = "paragraph", max_doc_chars: int = 1 << 16
-) -> Iterator[tuple[list[str], list[bool]]]:
-    """:func:`iter_documents`' pieces as lists ``(texts, continues)``, many at a time (paragraph
-    mode reads a block of lines at once; the other modes group pieces read one by one)."""
-    path = Path(path)
-    if doc_mode != "paragraph" or is_jsonl(path):
-        pieces = iter(iter_documents(path, text_field, doc_mode, max_doc_chars))
-        while group := list(itertools.islice(pieces, 1024)):
-            yield _unzipped(group)
-        return
-    stamp = file_stamp(path)
-    try:
-        with _open_text(path) as fh:
-            yield from _paragraph_blocks(fh, max_doc_chars)
-    except (OSError, EOFError, UnicodeError) as err:
-        raise CorpusError(f"corpus file {path} could not be read: {err}") from None
-    check_unchanged(path, stamp)
-
-
 def document_spans(
     path: str | Path, doc_mode: str = "paragraph", span_bytes: int = 1 << 22, spool: str | Path | None = None
 ) -> Iterator[Span]:
@@ -284,7 +263,25 @@ def _parse(
                 if line.strip():
                     yield from pieces(line.rstrip("\r\n"))
         elif doc_mode == "paragraph":
-            yield from _paragraphs(fh, max_doc_chars)
+            buf: list[str] = []
+            size = 0
+            started = False  # a piece of the current paragraph was already yielded
+            for line in fh:
+                if line.strip():
+                    buf.append(line)
+                    size += len(line)
+                    if size > max_doc_chars:  # emit the full pieces, keep the rest buffered
+                        *full, rest = _split_long("".join(buf), max_doc_chars)
+                        for piece in full:
+                            yield piece, started
+                            started = True
+                        buf, size = [rest], len(rest)
+                    continue
+                if buf:
+                    yield "".join(buf).rstrip("\r\n"), started
+                buf, size, started = [], 0, False
+            if buf:
+                yield "".join(buf).rstrip("\r\n"), started
         else:  # file: one sequence streamed in pieces
             first = True
             while True:
@@ -296,95 +293,6 @@ def _parse(
                 first = False
     except (OSError, EOFError, UnicodeError) as err:
         raise CorpusError(f"corpus file {path} could not be read: {err}") from None
-
-
-# A run of non-blank lines from a line start (after \n, after a \r not ending a \r\n, or the text's
-# start), each with its line end: lines split as ``newline=""`` reads them, a line blank when
-# ``line.strip()`` is empty (``\s`` is ``str.isspace``). Possessive runs keep a search linear.
-_PARAGRAPH = re.compile(r"(?:\A|(?<=\n)|(?<=\r)(?!\n))(?:[^\S\r\n]*+\S[^\r\n]*+(?:\r\n|\r|\n|\Z))+")
-# The same where a text has no \r (most): ``^`` and ``.`` stop at \n only, and run faster.
-_PARAGRAPH_LF = re.compile(r"(?m)^[^\S\n]*+\S(?:.*+\n[^\S\n]*+\S)*+.*+\n?")
-_BLOCK_CHARS = 1 << 20  # text searched for paragraphs at a time (whole lines)
-
-
-class _LongParagraph:
-    """The line-by-line reading of a paragraph that is cut (longer than ``max_doc_chars``) or runs
-    past a block: its lines buffered, full pieces emitted as the buffer passes ``max_doc_chars``."""
-
-    def __init__(self, max_doc_chars: int):
-        self.max_doc_chars = max_doc_chars
-        self.buf: list[str] = []
-        self.size = 0
-        self.started = False  # a piece of the current paragraph was already yielded
-
-    def add(self, text: str) -> Iterator[tuple[str, bool]]:
-        """The non-blank lines ``text`` (each with its line end) appended to the paragraph."""
-        for line in io.StringIO(text, newline=""):
-            self.buf.append(line)
-            self.size += len(line)
-            if self.size > self.max_doc_chars:  # emit the full pieces, keep the rest buffered
-                *full, rest = _split_long("".join(self.buf), self.max_doc_chars)
-                for piece in full:
-                    yield piece, self.started
-                    self.started = True
-                self.buf, self.size = [rest], len(rest)
-
-    def end(self) -> Iterator[tuple[str, bool]]:
-        """The paragraph's last piece (if any); the reading starts afresh."""
-        if self.buf:
-            yield "".join(self.buf).rstrip("\r\n"), self.started
-        self.buf, self.size, self.started = [], 0, False
-
-
-def _paragraph_blocks(fh: io.TextIOBase, max_doc_chars: int) -> Iterator[tuple[list[str], list[bool]]]:
-    """Paragraph mode, a block of whole lines at a time: the block's pieces as ``(texts, continues)``.
-    A paragraph that is cut or runs past a block goes through ``_LongParagraph``; the others, most,
-    are taken whole."""
-    long = _LongParagraph(max_doc_chars)
-    while block := fh.read(_BLOCK_CHARS):
-        block += fh.readline()  # end at a line end (a \r\n split by the read stays whole)
-        found = list((_PARAGRAPH if "\r" in block else _PARAGRAPH_LF).finditer(block))
-        pieces: list[tuple[str, bool]] = []
-        carried_on = bool(long.buf and found and found[0].start() == 0)  # no blank line between
-        if long.buf and not carried_on:
-            pieces += long.end()
-        tail = found.pop() if found and found[-1].end() == len(block) else None  # may go on in the next block
-        if carried_on and found:
-            pieces += long.add(found[0].group())
-            pieces += long.end()
-            found = found[1:]
-        texts = [m.group() for m in found]
-        if max(map(len, texts), default=0) > max_doc_chars:
-            yield from _pieces_of(pieces, texts, long)
-        else:
-            yield (
-                [t for t, _ in pieces] + [t.rstrip("\r\n") for t in texts],
-                [c for _, c in pieces] + [False] * len(texts),
-            )
-        if tail is not None:
-            yield _unzipped(list(long.add(tail.group())))
-    yield _unzipped(list(long.end()))
-
-
-def _pieces_of(pieces: list[tuple[str, bool]], texts: list[str], long: _LongParagraph):
-    """``_paragraph_blocks``' slow path, where some paragraph of a block is cut."""
-    for text in texts:
-        if len(text) > long.max_doc_chars:
-            pieces += long.add(text)
-            pieces += long.end()
-        else:
-            pieces.append((text.rstrip("\r\n"), False))
-    yield _unzipped(pieces)
-
-
-def _unzipped(pieces: list[tuple[str, bool]]) -> tuple[list[str], list[bool]]:
-    return [t for t, _ in pieces], [c for _, c in pieces]
-
-
-def _paragraphs(fh: io.TextIOBase, max_doc_chars: int) -> Iterator[tuple[str, bool]]:
-    """Paragraph mode, one piece at a time."""
-    for texts, continues in _paragraph_blocks(fh, max_doc_chars):
-        yield from zip(texts, continues)
 
 
 def first_documents(path: str | Path, chars: int) -> list[str]:
