@@ -146,30 +146,38 @@ class EngramTokenizer:
                 raise FileNotFoundError(f"tokenizer source {source} has no tokenizer.json")
         self.path = path
         self.batched_chars = 0  # text seen by encode_batch: fastokens is built once past FAST_AFTER_CHARS
-        try:
-            self.backend = Tokenizer.from_file(str(path))
-        except Exception as err:  # noqa: BLE001 - the tokenizers binding raises a bare Exception on a garbage file
-            raise TokenMapError(f"tokenizer file {path} cannot be read as a tokenizer.json: {err}") from None
-        n = self.backend.get_vocab_size(with_added_tokens=True)
-        if n != self.config.vocab_size:
-            raise TokenMapError(
-                f"tokenizer {path} has {n} ids but config {self.config.name!r} expects vocab_size={self.config.vocab_size}"
-            )
         self.digest = hashlib.sha256(path.read_bytes()).hexdigest()
         self.token_map = self._load_token_map()
         self.pad_compressed = int(self.token_map[self.config.engram_pad_id])
+
+    @cached_property
+    def backend(self) -> Tokenizer:
+        """The ``tokenizers`` reading of the file (built on first use: a cached map of this file
+        needs none, and a large corpus is encoded and decoded by ``fastokens``), checked against
+        the config's vocabulary size."""
+        try:
+            backend = Tokenizer.from_file(str(self.path))
+        except Exception as err:  # noqa: BLE001 - the tokenizers binding raises a bare Exception on a garbage file
+            raise TokenMapError(f"tokenizer file {self.path} cannot be read as a tokenizer.json: {err}") from None
+        n = backend.get_vocab_size(with_added_tokens=True)
+        if n != self.config.vocab_size:
+            raise TokenMapError(
+                f"tokenizer {self.path} has {n} ids but config {self.config.name!r} expects vocab_size={self.config.vocab_size}"
+            )
+        return backend
 
     @property
     def vocab_size(self) -> int:
         return len(self.token_map)
 
     def _load_token_map(self) -> np.ndarray:
-        """The cached map when it is well formed and of the config's size; otherwise a fresh build
-        (saved to the cache) that must have the config's size."""
+        """The cached map when it is well formed and of the config's size (one built from this
+        very file, named by its sha256: of the config's vocabulary size then, so the file is not
+        read); otherwise a fresh build (saved to the cache) that must have the config's size."""
         cached = cache_dir() / f"token_map-{self.digest[:16]}-tokenizers{tokenizers.__version__}.npy"
         token_map = _read_cached_map(cached, self.config.vocab_size)
         if token_map is None or int(token_map.max()) + 1 != self.config.engram_compressed_vocab_size:
-            token_map = build_token_map(self.backend)
+            token_map = build_token_map(self.backend)  # reads and checks the file
             _atomic_save(cached, token_map)
         size = int(token_map.max()) + 1
         if size != self.config.engram_compressed_vocab_size:
@@ -228,10 +236,12 @@ class EngramTokenizer:
         """Text of each token on its own, lossless: a fragment of a UTF-8 character shows as its
         bytes, ``<0xE7>`` (``core.token_text``), never as U+FFFD; special tokens as their text."""
         ids = [int(i) for i in raw_ids]
-        texts = self.backend.decode_batch([[i] for i in ids], skip_special_tokens=False)
+        # fastokens where a corpus built it: the same text for every id (tested), no second build
+        backend = self.__dict__.get("batch_backend") or self.backend
+        texts = backend.decode_batch([[i] for i in ids], skip_special_tokens=False)
         for k, text in enumerate(texts):
             if "\ufffd" in text:  # a fragment (or a real U+FFFD, which comes back as itself)
-                data = token_bytes(self.backend.id_to_token(ids[k]) or "")
+                data = token_bytes(backend.id_to_token(ids[k]) or "")
                 texts[k] = text if data is None else readable_text(data)
         return texts
 

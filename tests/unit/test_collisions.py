@@ -10,7 +10,13 @@ import pandas as pd
 import pytest
 from _brute import forced_config, random_sequences, ref_buckets, ref_counts, ref_row, ref_windows
 
-from engram_viz.analysis.row_stats.collisions import CollisionStats, expected_uniform, poisson_binomial
+from engram_viz.analysis.corpus.bucket_passes import ColumnView
+from engram_viz.analysis.row_stats.collisions import (
+    CollisionStats,
+    _column_examples,
+    expected_uniform,
+    poisson_binomial,
+)
 from engram_viz.config import load_config
 from engram_viz.core.layout import EngramLayout
 
@@ -202,3 +208,34 @@ def test_poisson_binomial():
 
     assert np.allclose(d, [comb(8, j) * 0.3**j * 0.7 ** (8 - j) for j in range(9)])
     assert np.isclose(poisson_binomial(np.array([0.1, 0.5, 0.9])).sum(), 1.0)
+
+
+def test_column_examples_against_sorting_every_candidate_bucket():
+    """The example buckets (ranked by second largest count, positions, bucket; members by count
+    then index) against plain Python sorts of every candidate bucket, ties in counts included."""
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        u, prime = int(rng.integers(2, 2000)), int(rng.choice([3, 7, 101, 997]))
+        counts = rng.integers(1, int(rng.choice([2, 4, 1000])), u).astype(np.int64)
+        buckets = rng.integers(0, prime, u).astype(np.int64)
+        ngrams = rng.integers(0, 1000, (u, 2))
+        view = ColumnView(0, 0, 2, 0, 0, prime, 5, ngrams, counts, buckets)
+        colliding = np.flatnonzero(view.occupancy()[2] >= 2)
+        if not len(colliding):
+            continue
+        top = rng.permutation(colliding)[: int(rng.integers(1, 300))]
+        members = defaultdict(list)
+        for i in range(u):
+            if buckets[i] in set(buckets[top].tolist()):
+                members[int(buckets[i])].append(i)
+        for b in members:
+            members[b].sort(key=lambda i: (-counts[i], i))
+        ranked = sorted(members, key=lambda b: (-counts[members[b][1]], -sum(counts[members[b]]), b))[:3]
+        want = [
+            (rank, b + 5, b, len(members[b]), j, tuple(ngrams[i].tolist()), int(counts[i]))
+            for rank, b in enumerate(ranked, 1)
+            for j, i in enumerate(members[b][:4], 1)
+        ]
+        got = _column_examples(view, top, 3, 4)
+        keys = ("example", "row", "bucket", "n_ngrams", "ngram_rank", "ngram_ids", "count")
+        assert [tuple(r[k] for k in keys) for r in got] == want

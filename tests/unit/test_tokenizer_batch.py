@@ -183,3 +183,14 @@ def test_a_small_input_is_encoded_without_building_fastokens():
     ids = fresh.encode_batch(big)
     assert fresh.__dict__.get("batch_backend") is not None  # past FAST_AFTER_CHARS: fastokens from here on
     assert split(*small) == reference(fresh, SAMPLE) and split(*ids) == reference(fresh, big)
+
+
+def test_pieces_through_fastokens_are_the_reference_pieces_for_every_id(tokenizer):
+    """Where a corpus built fastokens, ``pieces`` decodes with it: the same text for every raw id,
+    fragments of a character included, as the ``tokenizers`` reading gives."""
+    pytest.importorskip("fastokens")
+    assert tokenizer.batch_backend is not None
+    plain = copy.copy(tokenizer)
+    plain.__dict__["batch_backend"] = None
+    every = range(tokenizer.vocab_size)
+    assert tokenizer.pieces(every) == plain.pieces(every)

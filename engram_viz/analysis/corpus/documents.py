@@ -267,7 +267,7 @@ def _parse(
             size = 0
             started = False  # a piece of the current paragraph was already yielded
             for line in fh:
-                if line.strip():
+                if not line.isspace():  # a line read is never empty: isspace() is strip() == "" without a copy
                     buf.append(line)
                     size += len(line)
                     if size > max_doc_chars:  # emit the full pieces, keep the rest buffered

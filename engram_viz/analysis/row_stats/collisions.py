@@ -107,6 +107,9 @@ class _CollisionConsumer:
         k, m = len(view.ngrams), view.prime
         n_occupied, n_shared, per_key = view.occupancy()
         colliding = per_key >= 2
+        stats = view.stats()  # the colliding n-grams and positions summed over the shared buckets (fewer than n-grams)
+        shared_buckets = stats.n_ngrams >= 2
+        n_colliding = int(stats.n_ngrams[shared_buckets].sum())
         exp = expected_uniform(k, m)
         res.columns.append(
             {
@@ -118,9 +121,9 @@ class _CollisionConsumer:
                 "distinct_ngrams": k,
                 "occupied": n_occupied,
                 "shared_buckets": n_shared,
-                "colliding_ngrams": int(colliding.sum()),
+                "colliding_ngrams": n_colliding,
                 "positions": view.positions,
-                "colliding_positions": int(view.counts[colliding].sum()),
+                "colliding_positions": int(stats.hits[shared_buckets].sum()),
                 "expected_occupied": float(exp["occupied"]),
                 "expected_shared_buckets": float(exp["shared_buckets"]),
                 "expected_colliding_ngrams": float(exp["colliding_ngrams"]),
@@ -148,7 +151,7 @@ class _CollisionConsumer:
                     }
                 )
         n_examples, per_bucket, candidates = self.params
-        if n_examples and colliding.any():
+        if n_examples and n_colliding:
             top = self._top_colliding(view, colliding, candidates)
             res.examples += _column_examples(view, top, n_examples, per_bucket)
 
@@ -167,18 +170,28 @@ class _CollisionConsumer:
 
 
 def _column_examples(view, top: np.ndarray, n_examples: int, per_bucket: int) -> list[dict]:
-    """The ``n_examples`` example buckets of a column among those of its ``top`` colliding keys."""
-    sel = view.keys_in(np.unique(view.buckets[top]))
-    sel = sel[np.lexsort((sel, -view.counts[sel], view.buckets[sel]))]  # by bucket, then count desc
-    b = view.buckets[sel]
-    starts = np.flatnonzero(np.r_[True, b[1:] != b[:-1]])
-    ends = np.r_[starts[1:], len(sel)]
-    second = view.counts[sel[starts + 1]]  # every candidate bucket holds >= 2 keys
-    total = np.add.reduceat(view.counts[sel], starts)
-    ranked = np.lexsort((b[starts], -total, -second))[:n_examples]
+    """The ``n_examples`` example buckets of a column among those of its ``top`` colliding keys:
+    ranked by their second largest count, then their positions, then the bucket; no sort of the
+    candidates' members (only the chosen buckets' few are sorted)."""
+    cand = np.unique(view.buckets[top])  # every candidate bucket holds >= 2 keys
+    sel = view.keys_in(cand)
+    group = np.searchsorted(cand, view.buckets[sel])
+    counts = view.counts[sel]
+    largest = np.zeros(len(cand), dtype=np.int64)
+    np.maximum.at(largest, group, counts)
+    at_max = np.flatnonzero(counts == largest[group])
+    _, first = np.unique(group[at_max], return_index=True)
+    rest = counts.copy()
+    rest[at_max[first]] = -1  # one largest per bucket left out: the next largest is the second
+    second = np.full(len(cand), -1, dtype=np.int64)
+    np.maximum.at(second, group, rest)
+    stats = view.stats()
+    total = stats.hits[np.searchsorted(stats.occupied, cand)]
+    ranked = np.lexsort((cand, -total, -second))[:n_examples]
     out = []
     for rank, g in enumerate(ranked, 1):
-        members = sel[starts[g] : ends[g]]
+        members = sel[group == g]
+        members = members[np.lexsort((members, -view.counts[members]))]  # count desc, then index
         for j, i in enumerate(members[:per_bucket], 1):
             out.append(
                 {

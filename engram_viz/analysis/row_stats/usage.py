@@ -82,7 +82,11 @@ class _UsageConsumer:
         if self.result.specials or not len(view.ngrams):
             return None
         if self._plain_of[0] is not view.ngrams:  # the same n-grams for every column of an order: once
-            plain = ~np.isin(view.ngrams, self.special_ids).all(axis=1)
+            only = np.flatnonzero(np.isin(view.ngrams[:, 0], self.special_ids))  # few start with one
+            for j in range(1, view.ngrams.shape[1]):  # the next tokens of those only
+                only = only[np.isin(view.ngrams[only, j], self.special_ids)]
+            plain = np.ones(len(view.ngrams), dtype=bool)
+            plain[only] = False
             self._plain_of = (view.ngrams, None if plain.all() else plain)
         return self._plain_of[1]
 
