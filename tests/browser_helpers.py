@@ -17,7 +17,8 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -87,6 +88,25 @@ class OfflineGuard:
     def external(self) -> list[str]:
         """Every request or websocket that was not to 127.0.0.1 / localhost (should be empty)."""
         return list(self.blocked) + [u for u in self.requests + self.sockets if not is_local(u)]
+
+
+@contextmanager
+def guarded_page(browser, load_s: float, **options) -> Iterator:
+    """A fresh page in a new context of ``browser`` (``options``: Playwright's context options) whose
+    every request goes through an :class:`OfflineGuard`; the page carries ``.guard`` and ``.errors``
+    (uncaught page errors). On exit the context closes and no request may have left 127.0.0.1."""
+    context = browser.new_context(service_workers="block", **options)
+    context.set_default_timeout(load_s * 1000)
+    guard = OfflineGuard(context)
+    pg = context.new_page()
+    guard.watch(pg)
+    errors: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.guard, pg.errors = guard, errors
+    yield pg
+    context.close()
+    assert guard.requests, "the page made no request at all"
+    assert guard.external() == [], f"requests left 127.0.0.1: {guard.external()}"
 
 
 def jupyter_env(base: Path) -> dict[str, str]:

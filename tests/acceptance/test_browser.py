@@ -25,8 +25,8 @@ import pytest
 from browser_helpers import (
     ARTIFACTS,
     ROOT,
-    OfflineGuard,
     chromium_path,
+    guarded_page,
     launch,
     panels,
     save_screenshot,
@@ -64,20 +64,8 @@ def browser():
 @pytest.fixture()
 def page(browser):
     """A fresh page whose every request is checked: loopback only (asserted after the test)."""
-    context = browser.new_context(
-        viewport={"width": 1400, "height": 1300}, service_workers="block", accept_downloads=True
-    )
-    context.set_default_timeout(LOAD_S * 1000)
-    guard = OfflineGuard(context)
-    pg = context.new_page()
-    guard.watch(pg)
-    errors: list[str] = []
-    pg.on("pageerror", lambda e: errors.append(str(e)))
-    pg.guard, pg.errors = guard, errors
-    yield pg
-    context.close()
-    assert guard.requests, "the page made no request at all"
-    assert guard.external() == [], f"requests left 127.0.0.1: {guard.external()}"
+    with guarded_page(browser, LOAD_S, viewport={"width": 1400, "height": 1300}, accept_downloads=True) as pg:
+        yield pg
 
 
 def _type_prompt(page, textarea, text: str) -> None:

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import pytest
 from block0_kit import SMALL
-from browser_helpers import OfflineGuard, chromium_path, launch, save_screenshot, start_app, wait_panels
+from browser_helpers import chromium_path, guarded_page, launch, save_screenshot, start_app, wait_panels
 from PIL import Image
 from vision_kit import SMALL_VISION, gradient
 
@@ -62,19 +62,12 @@ def page(served):
 
     with sync_playwright() as p:
         browser = launch(p, CHROMIUM)
-        context = browser.new_context(viewport={"width": 1400, "height": 1200}, service_workers="block")
-        context.set_default_timeout(LOAD_S * 1000)
-        guard = OfflineGuard(context)
-        pg = context.new_page()
-        guard.watch(pg)
-        errors: list[str] = []
-        pg.on("pageerror", lambda e: errors.append(str(e)))
-        query = urllib.parse.urlencode({"a": TWIN, "b": BEFORE})
-        pg.goto(f"{served['url']}&{query}", timeout=LOAD_S * 1000)
-        wait_panels(pg, lambda got: {"A", "B", "diff B-A"} <= got.keys(), LOAD_S, "the comparison")
-        yield pg
-        assert not errors, f"uncaught errors in the page: {errors}"
-        assert guard.external() == [], f"requests left 127.0.0.1: {guard.external()}"
+        with guarded_page(browser, LOAD_S, viewport={"width": 1400, "height": 1200}) as pg:
+            query = urllib.parse.urlencode({"a": TWIN, "b": BEFORE})
+            pg.goto(f"{served['url']}&{query}", timeout=LOAD_S * 1000)
+            wait_panels(pg, lambda got: {"A", "B", "diff B-A"} <= got.keys(), LOAD_S, "the comparison")
+            yield pg
+            assert not pg.errors, f"uncaught errors in the page: {pg.errors}"
         browser.close()
 
 
