@@ -48,15 +48,8 @@ def engram_config(dim: int) -> EngramConfig:
 def blocks_config(dim: int, **fields) -> BlocksConfig:
     """The kit's blocks at width ``dim``; ``fields`` change others (e.g. ``compress_ratios``)."""
     base = {
+        **SMALL_WIDTHS,
         "dim": dim,
-        "rope_head_dim": 16,
-        "q_lora_rank": 32,
-        "o_groups": 2,
-        "o_lora_rank": 32,
-        "window_size": 8,
-        "n_routed_experts": 8,
-        "n_activated_experts": 3,
-        "moe_inter_dim": 64,
         "n_layers": 8,
         "compress_ratios": (0, 0, 2, 2, 2, 2, 1, 1),
         "kv_source_layers": (2, 5),
