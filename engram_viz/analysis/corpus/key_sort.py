@@ -88,9 +88,13 @@ def distinct_counts(
             out.append((int(g), keys, counts.astype(np.int64)))
         return out
     groups = np.zeros(len(lo), np.uint8) if group is None else np.ascontiguousarray(group, dtype=np.uint8)
-    keys, key_groups, counts = kernel(lo, groups, key_bits, group_bits if group is not None else 0, DIGIT_BITS)
-    if not len(keys):
+    return by_group(*kernel(lo, groups, key_bits, group_bits if group is not None else 0, DIGIT_BITS))
+
+
+def by_group(lo: np.ndarray, group: np.ndarray, counts: np.ndarray) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """Keys sorted by (group, lo) with their counts, cut where the group changes: ``[(group, lo
+    uint64 [U_g], counts int64 [U_g])]`` by ascending group (views)."""
+    if not len(lo):
         return []
-    cuts = np.flatnonzero(key_groups[1:] != key_groups[:-1]) + 1
-    bounds = np.r_[0, cuts, len(keys)]
-    return [(int(key_groups[a]), keys[a:b], counts[a:b]) for a, b in itertools.pairwise(bounds.tolist())]
+    bounds = np.r_[0, np.flatnonzero(group[1:] != group[:-1]) + 1, len(lo)]
+    return [(int(group[a]), lo[a:b], counts[a:b]) for a, b in itertools.pairwise(bounds.tolist())]

@@ -16,8 +16,9 @@ import numpy as np
 from engram_viz._files import read_npz, write_npz
 from engram_viz.analysis.corpus.key_sort import distinct_counts
 from engram_viz.analysis.corpus.keys import KEY_BITS, check_order, pack_ngrams, pack_windows, unpack_ngrams
+from engram_viz.analysis.corpus.prefix_sort import chunk_runs
 from engram_viz.analysis.corpus.spill import KEY_BYTES, SpillStore, merge_sorted, parse_memory_limit
-from engram_viz.analysis.corpus.windows import bool_mask, sequence_windows
+from engram_viz.analysis.corpus.windows import StreamWindows, bool_mask, sequence_windows
 from engram_viz.config import EngramConfig, load_config
 from engram_viz.errors import CorpusError, InputError
 
@@ -82,10 +83,39 @@ class NgramCounts:
             return
         for n, (group, lo) in pack_windows(w, self.orders).items():
             spill = n * KEY_BITS - 64  # bits of the key in its group
-            for g, keys, counts in distinct_counts(lo, group if spill > 0 else None, min(64, n * KEY_BITS), spill):
-                self._pending[n].setdefault(g, []).append((keys, counts))
-                self._pending_size += len(keys)
+            self._add_runs(n, distinct_counts(lo, group if spill > 0 else None, min(64, n * KEY_BITS), spill))
         self._settle()
+
+    def add_tokens(
+        self,
+        stream: StreamWindows,
+        raw_ids: np.ndarray,
+        seq_start: np.ndarray | None = None,
+        token_mask: np.ndarray | None = None,
+    ) -> None:
+        """Count the n-grams of the next raw ids of ``stream`` (inputs as :meth:`StreamWindows.__call__`):
+        the counts of ``add_windows(stream(raw_ids, seq_start, token_mask), token_mask)``, image
+        positions left out, by one compiled pass from ids to sorted keys where it can
+        (``prefix_sort``; no windows)."""
+        found = (
+            chunk_runs(stream, raw_ids, seq_start, token_mask) if self.orders == stream.config.ngram_orders else None
+        )
+        if found is None:
+            self.add_windows(stream(raw_ids, seq_start, token_mask), token_mask)
+            return
+        runs, counted = found
+        self.n_positions += counted
+        self.n_masked += len(raw_ids) - counted
+        self.version += 1
+        for n, parts in runs.items():
+            self._add_runs(n, parts)
+        self._settle()
+
+    def _add_runs(self, order: int, parts: list[tuple[int, np.ndarray, np.ndarray]]) -> None:
+        """Queue sorted unique ``[(group, lo, counts)]`` of one order for the next merge."""
+        for g, keys, counts in parts:
+            self._pending[order].setdefault(g, []).append((keys, counts))
+            self._pending_size += len(keys)
 
     def _settle(self) -> None:
         """Merge the pending keys once they rival the store; past the memory limit, spill the

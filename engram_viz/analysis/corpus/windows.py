@@ -65,12 +65,38 @@ class WindowContext:
     tail: np.ndarray
     run: int = 0
 
+    @classmethod
+    def first(cls, max_ngram: int, pad_id: int) -> WindowContext:
+        """The context of a stream's first chunk: pads before it, a sequence starting."""
+        return cls(np.full(max_ngram - 1, pad_id, dtype=np.int64), 0)
 
-def _near_start(n: int, seq_start: np.ndarray | None, k: int, run: int) -> tuple[np.ndarray, np.ndarray, int]:
+    def advanced(self, c: np.ndarray, seq_start: np.ndarray | None) -> WindowContext:
+        """The context after a chunk of compressed ids ``c`` int64 [N] (seq_start as in
+        :func:`ngram_windows`)."""
+        n, k = len(c), len(self.tail)
+        tail = c[n - k :].copy() if n >= k else np.concatenate([self.tail[n:], c])
+        starts = np.flatnonzero(seq_start) if seq_start is not None else np.empty(0, dtype=np.int64)
+        return WindowContext(tail, n - int(starts[-1]) if len(starts) else self.run + n)
+
+
+def open_before(context: WindowContext) -> int:
+    """How many look-backs (s >= 1) the window of the position just before a chunk reads, -1
+    when that position is DEAD or there is none: the rule's state carried into the chunk (a
+    position continuing it reads one more, up to max_ngram - 1)."""
+    tail, k = context.tail, len(context.tail)
+    if context.run == 0 or not k or tail[-1] == DEAD:
+        return -1
+    opened = 0
+    while opened < min(context.run - 1, k - 1) and tail[k - 2 - opened] != DEAD:
+        opened += 1
+    return opened
+
+
+def _near_start(n: int, seq_start: np.ndarray | None, k: int, run: int) -> tuple[np.ndarray, np.ndarray]:
     """The rows of a chunk of ``n`` positions whose position within their sequence is below ``k``
     (only their look-backs can reach before a sequence start): ``(rows int64 [M] ascending, their
-    positions int64 [M], run after the chunk)``; ``run`` is the first row's position when no
-    sequence starts there. Costs O(starts), not O(n)."""
+    positions int64 [M])``; ``run`` is the first row's position when no sequence starts there.
+    Costs O(starts), not O(n)."""
     starts = np.flatnonzero(seq_start) if seq_start is not None else np.empty(0, dtype=np.int64)
     head = np.arange(min(n, max(k - run, 0)), dtype=np.int64)  # still near the stream's sequence start
     near = (starts[:, None] + np.arange(k)).ravel()
@@ -78,10 +104,9 @@ def _near_start(n: int, seq_start: np.ndarray | None, k: int, run: int) -> tuple
     if len(starts):
         at = np.searchsorted(starts, rows, side="right") - 1  # the last start at or before each row
         pos = np.where(at >= 0, rows - starts[np.maximum(at, 0)], rows + run)
-        after = n - 1 - int(starts[-1]) + 1
     else:
-        pos, after = rows + run, run + n
-    return rows, pos, after
+        pos = rows + run
+    return rows, pos
 
 
 def _slots(
@@ -94,7 +119,7 @@ def _slots(
     n = len(c)
     k = max_ngram - 1
     if context is None:
-        context = WindowContext(np.full(k, pad_id, dtype=np.int64), 0)
+        context = WindowContext.first(max_ngram, pad_id)
     sources = np.empty((n, max_ngram), dtype=np.int64)
     sources[:, 0] = c
     for s in range(1, max_ngram):
@@ -103,14 +128,13 @@ def _slots(
         sources[:m, s] = context.tail[k - s : k - s + m]  # look-backs before the chunk
     # sticky: blocked at s when s reaches before the start (pos < s, itself sticky in s) or onto DEAD
     # at any look-back up to s
-    rows, pos, run = _near_start(n, seq_start, k, context.run)
+    rows, pos = _near_start(n, seq_start, k, context.run)
     blocked = pos[:, None] < np.arange(max_ngram)
     if n and (c.min() < 0 or (k and context.tail.min() < 0)):  # DEAD somewhere: every row is checked
         full = np.zeros((n, max_ngram), dtype=bool)
         full[rows] = blocked
         rows, blocked = np.arange(n, dtype=np.int64), full | np.logical_or.accumulate(sources == DEAD, axis=1)
-    tail = c[n - k :].copy() if n >= k else np.concatenate([context.tail[n:], c])
-    return sources, rows, blocked, WindowContext(tail, run if n else context.run)
+    return sources, rows, blocked, context.advanced(c, seq_start)
 
 
 def ngram_windows(
@@ -171,6 +195,10 @@ class StreamWindows:
             seq_start = bool_mask("seq_start", seq_start, c.shape)
         windows, self.context = ngram_windows(c, seq_start, self.max_ngram, self.pad_id, self.context)
         return windows
+
+    def start_context(self) -> WindowContext:
+        """The context the next chunk starts from."""
+        return self.context if self.context is not None else WindowContext.first(self.max_ngram, self.pad_id)
 
     def reset(self) -> None:
         self.context = None
