@@ -37,35 +37,41 @@ import numpy as np
 from engram_viz._compiled import compiled_kernel
 from engram_viz.analysis.corpus.key_sort import by_group
 from engram_viz.analysis.corpus.keys import KEY_BITS
-from engram_viz.analysis.corpus.windows import DEAD, StreamWindows, bool_mask, open_before
+from engram_viz.analysis.corpus.windows import StreamWindows, bool_mask, int64_ids, open_before
 
 PREFIX_MIN = 1 << 18  # positions from which a chunk takes the compiled path (past numba's load cost)
-DIGIT_BITS = 11  # most bits per radix pass: 2,048 buckets keep the scatter's write streams cached
+DIGIT_BITS = 10  # most bits per radix pass: 1,024 buckets keep the scatter's write streams cached (fastest measured)
 Runs = dict[int, list[tuple[int, np.ndarray, np.ndarray]]]  # order -> [(group, lo uint64, counts int64)]
 
 
-def _dense_ranks(ext, pad, size):  # pragma: no cover - compiled by numba
-    """Ranks of ids ``ext`` int64 [L] (DEAD = -1 kept) among the distinct ids of ``ext`` and
-    ``pad``, in id order: ``(ranks int32 [L], ids int64 [R] ascending)``."""
+def _dense_ranks(tail, raw, mask, token_map, pad, size):  # pragma: no cover - compiled by numba
+    """Dense ids of a chunk: the compressed ids ``tail`` int64 [k] before it, then ``token_map[raw]``
+    (``raw`` int64 [N]; DEAD where ``mask`` bool [N] is False, an empty mask masking nothing),
+    ranked among themselves and ``pad`` in id order (ids and ``token_map`` in 0..size-1):
+    ``(ranks int32 [k + N], -1 = DEAD; ids int64 [R] ascending)``. Empty ranks when a raw id lies
+    outside the map."""
+    k, n, masked = tail.shape[0], raw.shape[0], mask.shape[0] > 0
     rank = np.zeros(size, np.int32)
     rank[pad] = 1
-    for i in range(ext.shape[0]):
-        if ext[i] >= 0:
-            rank[ext[i]] = 1
-    n_ids = 0
-    for v in range(size):
-        if rank[v]:
-            n_ids += 1
-    ids = np.empty(n_ids, np.int64)
+    for i in range(k):
+        if tail[i] >= 0:
+            rank[tail[i]] = 1
+    for i in range(n):
+        if raw[i] < 0 or raw[i] >= token_map.shape[0]:
+            return np.empty(0, np.int32), np.empty(0, np.int64)
+        if not masked or mask[i]:
+            rank[token_map[raw[i]]] = 1
+    ids = np.empty(rank.sum(), np.int64)
     r = 0
     for v in range(size):
         if rank[v]:
-            ids[r] = v
-            rank[v] = r
+            ids[r], rank[v] = v, r
             r += 1
-    ranks = np.empty(ext.shape[0], np.int32)
-    for i in range(ext.shape[0]):
-        ranks[i] = rank[ext[i]] if ext[i] >= 0 else -1
+    ranks = np.empty(k + n, np.int32)
+    for i in range(k):
+        ranks[i] = rank[tail[i]] if tail[i] >= 0 else -1
+    for i in range(n):
+        ranks[k + i] = rank[token_map[raw[i]]] if not masked or mask[i] else -1
     return ranks, ids
 
 
@@ -77,23 +83,28 @@ def _entries(ranks, starts, open0, m, b, pad_rank):  # pragma: no cover - compil
     chunk's (-1 = DEAD); starts: bool [N]; open0: look-backs open at the position before the
     chunk (-1: none); pad_rank: the pad's dense id."""
     n_pos, k = starts.shape[0], m - 1
-    opens, links = np.empty(n_pos, np.int64), np.empty(n_pos, np.int64)
-    o, link = open0, 0
-    for t in range(n_pos):  # opens: look-backs read at t; links: positions before t that t continues
+    opens, links = np.empty(n_pos, np.int8), np.empty(n_pos, np.int8)
+    o, link, breaks = open0, 0, 0
+    for t in range(n_pos):  # opens: look-backs read at t; links: positions before t that t continues (to m)
         if ranks[k + t] < 0:
             o, link = -1, 0
         elif starts[t]:
             o, link = 0, 0
         else:
-            o, link = min(o + 1, k), (link + 1 if t else 0)
+            o, link = min(o + 1, k), (min(link + 1, m) if t else 0)
         opens[t], links[t] = o, link
-    out = np.empty(n_pos * m, np.uint64)
-    e = 0
+        breaks += link == 0
+    out = np.empty(n_pos + (breaks + 1) * m * m, np.uint64)  # entries of their own only near breaks
+    ub, e, window = np.uint64(b), 0, np.uint64(0)
+    flag_bits, fields = np.uint64(m - 1), np.uint64((1 << (b * (m - 1))) - 1)
     for t in range(n_pos):
-        key, flags = np.uint64(0), 0
-        for i in range(1, m):  # field i holds look-back m - 1 - i of t
-            s = m - 1 - i
-            key |= np.uint64(ranks[k + t - s] if s <= opens[t] else pad_rank) << np.uint64(b * (m - i))
+        if links[t] >= 1:  # window[t, s] = window[t - 1, s - 1]: shift in the new id
+            window = (window << ub) | np.uint64(ranks[k + t])
+        else:  # its m look-backs, newest in the lowest field
+            window = np.uint64(0)
+            for s in range(m - 1, -1, -1):
+                window = (window << ub) | np.uint64(ranks[k + t - s] if s <= opens[t] else pad_rank)
+        key, flags = (window & fields) << ub, 0
         if t + 1 < n_pos and links[t + 1] >= 1:  # t + 1 continues t: field m is its id, the m-gram its
             key |= np.uint64(ranks[k + t + 1])
             flags |= 1 << (m - 2)
@@ -102,7 +113,7 @@ def _entries(ranks, starts, open0, m, b, pad_rank):  # pragma: no cover - compil
             if u >= 0 and opens[u] >= 0 and links[t] >= t - u:
                 flags |= 1 << (n - 2)
         if flags:
-            out[e] = (key << np.uint64(m - 1)) | np.uint64(flags)
+            out[e] = (key << flag_bits) | np.uint64(flags)
             e += 1
         if opens[t] < 0:  # DEAD: no n-gram of its own
             continue
@@ -110,18 +121,15 @@ def _entries(ranks, starts, open0, m, b, pad_rank):  # pragma: no cover - compil
             d = m - 1 - n
             if (links[t] >= 1) if n == m else (t + d < n_pos and links[t + d] >= d):
                 continue
-            key = np.uint64(0)
-            for i in range(1, n + 1):
-                s = n - i
-                key |= np.uint64(ranks[k + t - s] if s <= opens[t] else pad_rank) << np.uint64(b * (m - i))
-            out[e] = (key << np.uint64(m - 1)) | np.uint64(1 << (n - 2))
+            own = (window & np.uint64((1 << (b * n)) - 1)) << np.uint64(b * (m - n))
+            out[e] = (own << flag_bits) | np.uint64(1 << (n - 2))
             e += 1
     return out[:e]
 
 
 def _radix_sort(keys, shift, width, passes):  # pragma: no cover - compiled by numba
     """``keys`` uint64 [E] sorted by their bits from ``shift`` up (``passes`` digits of ``width``
-    bits; the bits below ``shift`` are not sorted on): a new array. Every digit's histogram is
+    bits; the bits below ``shift`` are not sorted on), in ``keys`` or a new array (returned). Every digit's histogram is
     counted in one read; a pass whose digit is the same everywhere is skipped."""
     n = keys.shape[0]
     mask = np.uint64((1 << width) - 1)
@@ -130,7 +138,7 @@ def _radix_sort(keys, shift, width, passes):  # pragma: no cover - compiled by n
         x = keys[i] >> np.uint64(shift)
         for p in range(passes):
             hist[p, ((x >> np.uint64(p * width)) & mask) + 1] += 1
-    a, tmp = keys.copy(), np.empty_like(keys)
+    a, tmp = keys, np.empty_like(keys)  # keys is overwritten
     for p in range(passes):
         h = hist[p]
         if h.max() == n:
@@ -150,30 +158,34 @@ def _prefix_runs(entries, n, m, b, ids, key_bits):  # pragma: no cover - compile
     """The order-n runs of sorted ``entries``: ``(lo uint64 [U], group uint8 [U], counts int64
     [U])``, the distinct counted n-grams (first n fields; ``ids`` int64 [R] maps the dense ids
     back) packed as ``keys.pack_ngrams`` packs them (``key_bits`` a field), ascending, and how
-    many entries flag each."""
-    size = entries.shape[0]
-    lo, group, counts = np.empty(size, np.uint64), np.empty(size, np.uint8), np.empty(size, np.int64)
-    drop, field, flag = np.uint64(m - 1 + b * (m - n)), np.uint64((1 << b) - 1), np.uint64(n - 2)
-    u, current, count = 0, np.uint64(0), 0
-    for i in range(size + 1):
-        last = i == size
-        prefix = current if last else entries[i] >> drop
-        if count and (last or prefix != current):
-            packed, top = np.uint64(0), 0
+    many entries flag each. Two reads: the runs counted, then written."""
+    drop, flag = np.uint64(m - 1 + b * (m - n)), np.uint64(n - 2)
+    runs, current, counted = 0, np.uint64(0), np.uint64(0)
+    for i in range(entries.shape[0]):  # without branches: a new prefix is as likely as not
+        prefix = entries[i] >> drop
+        new = np.uint64(prefix != current)
+        runs += counted & new
+        counted = (counted & (new ^ np.uint64(1))) | ((entries[i] >> flag) & np.uint64(1))
+        current = prefix
+    runs += counted
+    lo, group, counts = np.empty(runs, np.uint64), np.empty(runs, np.uint8), np.zeros(runs, np.int64)
+    field, u = np.uint64((1 << b) - 1), -1
+    for i in range(entries.shape[0]):
+        prefix = entries[i] >> drop
+        if (entries[i] >> flag) & np.uint64(1) == 0:
+            continue
+        if u < 0 or prefix != current:
+            current, packed, top = prefix, np.uint64(0), np.uint64(0)
             for j in range(n):  # j = 0: the oldest id, highest
-                v = ids[(current >> np.uint64(b * (n - 1 - j))) & field]
+                v = np.uint64(ids[(prefix >> np.uint64(b * (n - 1 - j))) & field])
                 shift = key_bits * (n - 1 - j)
-                packed |= np.uint64(v) << np.uint64(shift)  # past bit 64 dropped: the group holds them
+                packed |= v << np.uint64(shift)  # bits past 64 dropped: the group holds them
                 if shift + key_bits > 64:
-                    top = v >> (64 - shift)
-            lo[u], group[u], counts[u] = packed, top, count
+                    top = v >> np.uint64(64 - shift)
             u += 1
-        if last:
-            break
-        if prefix != current:
-            current, count = prefix, 0
-        count += (entries[i] >> flag) & np.uint64(1)
-    return lo[:u], group[:u], counts[:u]
+            lo[u], group[u] = packed, np.uint8(top)
+        counts[u] += 1
+    return lo, group, counts
 
 
 class _Kernels(NamedTuple):
@@ -188,7 +200,7 @@ def _kernels() -> _Kernels | None:
     functions = (_dense_ranks, _entries, _radix_sort, _prefix_runs)
     source = "import numpy as np\n\n\n" + "\n\n".join(inspect.getsource(f) for f in functions)
     signatures = (
-        "Tuple((int32[::1], int64[::1]))(int64[::1], int64, int64)",
+        "Tuple((int32[::1], int64[::1]))(int64[::1], int64[::1], bool_[::1], int64[::1], int64, int64)",
         "uint64[::1](int32[::1], bool_[::1], int64, int64, int64, int64)",
         "uint64[::1](uint64[::1], int64, int64, int64)",
         "Tuple((uint64[::1], uint8[::1], int64[::1]))(uint64[::1], int64, int64, int64, int64[::1], int64)",
@@ -225,28 +237,31 @@ def chunk_runs(
     seq_start, token_mask), token_mask)`` counts them; the stream's context advances as there.
     None (nothing done) without numba or under ``PREFIX_MIN`` positions: the caller takes that path."""
     kernels = _kernels() if len(raw_ids) >= max(PREFIX_MIN, 1) else None
-    if kernels is None:
-        return None
-    c = stream.compress(raw_ids, token_mask)
-    starts = np.zeros(len(c), bool) if seq_start is None else bool_mask("seq_start", seq_start, c.shape)
-    if c.max() >= 1 << KEY_BITS:  # not a packable id: the numpy path says so
-        return None
-    m, pad = stream.max_ngram, stream.pad_id
+    token_map, pad, m = stream.token_map, stream.pad_id, stream.max_ngram
+    if kernels is None or not 0 <= token_map.min() <= token_map.max() < 1 << KEY_BITS:
+        return None  # (ids that do not pack: the numpy path says so)
+    raw = int64_ids("raw_ids", raw_ids, 1)
+    mask = np.zeros(0, bool) if token_mask is None else bool_mask("token_mask", token_mask, raw.shape)
+    starts = np.zeros(len(raw), bool) if seq_start is None else bool_mask("seq_start", seq_start, raw.shape)
     most = 1 << ((64 - (m - 1)) // m)  # dense ids that fit m fields and the flags in 64 bits
     runs: Runs = {n: [] for n in range(2, m + 1)}
     at = 0
-    while at < len(c):
-        stop = len(c)
+    while at < len(raw):
+        stop = len(raw)
         while True:
             context = stream.start_context()
-            ext = np.concatenate([context.tail, c[at:stop]])
-            ranks, ids = kernels.ranks(ext, pad, 1 << KEY_BITS)
+            piece = mask[at:stop] if len(mask) else mask
+            ranks, ids = kernels.ranks(context.tail, raw[at:stop], piece, token_map, pad, 1 << KEY_BITS)
+            if len(ranks) != len(context.tail) + stop - at:  # a raw id off the map: the numpy path says so
+                return None
             if len(ids) <= most or stop - at == 1:
                 break
             stop = at + (stop - at) // 2
-        piece = _piece_runs(kernels, ranks, ids, starts[at:stop], open_before(context), pad, m)
-        for n, found in piece.items():
+        for n, found in _piece_runs(kernels, ranks, ids, starts[at:stop], open_before(context), pad, m).items():
             runs[n].extend(found)
-        stream.context = context.advanced(c[at:stop], starts[at:stop])
+        last = max(at, stop - len(context.tail))
+        stream.context = context.advanced(
+            stream.compress(raw[last:stop], mask[last:stop] if len(mask) else None), stop - at, starts[at:stop]
+        )
         at = stop
-    return runs, int((c != DEAD).sum())
+    return runs, int(mask.sum()) if len(mask) else len(raw)

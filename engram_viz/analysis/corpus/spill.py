@@ -106,10 +106,11 @@ def _merge_kernel() -> Callable | None:
 
 def _merge_two(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Two sorted unique runs into one: by the compiled linear merge (numba) from ``MERGE_MIN``
-    keys, else ``b``'s keys go to their insertion points in ``a`` (one search, keys ascending),
+    keys or once it is loaded, else ``b``'s keys go to their insertion points in ``a`` (one search, keys ascending),
     each before an equal key of ``a``, whose counts are then summed into one (no sort, no gather)."""
     (ak, ac), (bk, bc) = a, b
-    kernel = _merge_kernel() if len(ak) + len(bk) >= MERGE_MIN else None
+    loaded = _merge_kernel.cache_info().currsize  # once loaded, the compiled loop is the faster at any size
+    kernel = _merge_kernel() if loaded or len(ak) + len(bk) >= MERGE_MIN else None
     if kernel is not None:
         c = np.ascontiguousarray
         return kernel(c(ak, dtype=np.uint64), c(ac, dtype=np.int64), c(bk, dtype=np.uint64), c(bc, dtype=np.int64))

@@ -70,11 +70,11 @@ class WindowContext:
         """The context of a stream's first chunk: pads before it, a sequence starting."""
         return cls(np.full(max_ngram - 1, pad_id, dtype=np.int64), 0)
 
-    def advanced(self, c: np.ndarray, seq_start: np.ndarray | None) -> WindowContext:
-        """The context after a chunk of compressed ids ``c`` int64 [N] (seq_start as in
-        :func:`ngram_windows`)."""
-        n, k = len(c), len(self.tail)
-        tail = c[n - k :].copy() if n >= k else np.concatenate([self.tail[n:], c])
+    def advanced(self, last: np.ndarray, n: int, seq_start: np.ndarray | None) -> WindowContext:
+        """The context after a chunk of ``n`` positions whose last ``min(n, max_ngram - 1)``
+        compressed ids are ``last`` (seq_start bool [n] as in :func:`ngram_windows`)."""
+        k = len(self.tail)
+        tail = last[len(last) - k :].copy() if n >= k else np.concatenate([self.tail[n:], last])
         starts = np.flatnonzero(seq_start) if seq_start is not None else np.empty(0, dtype=np.int64)
         return WindowContext(tail, n - int(starts[-1]) if len(starts) else self.run + n)
 
@@ -134,7 +134,7 @@ def _slots(
         full = np.zeros((n, max_ngram), dtype=bool)
         full[rows] = blocked
         rows, blocked = np.arange(n, dtype=np.int64), full | np.logical_or.accumulate(sources == DEAD, axis=1)
-    return sources, rows, blocked, context.advanced(c, seq_start)
+    return sources, rows, blocked, context.advanced(c[max(n - k, 0) :], n, seq_start)
 
 
 def ngram_windows(
