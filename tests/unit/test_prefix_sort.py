@@ -31,9 +31,10 @@ def _token_map(cfg, rng) -> np.ndarray:
     return token_map
 
 
-def _both(cfg, token_map, pieces, monkeypatch) -> tuple[NgramCounts, NgramCounts]:
-    """``pieces`` [(raw, seq_start, token_mask)] of one stream counted by both paths."""
-    monkeypatch.setattr(prefix_sort, "PREFIX_MIN", 1)
+def _both(cfg, token_map, pieces, monkeypatch, least: int = 1) -> tuple[NgramCounts, NgramCounts]:
+    """``pieces`` [(raw, seq_start, token_mask)] of one stream counted by both paths (the compiled
+    one from ``least`` positions a piece)."""
+    monkeypatch.setattr(prefix_sort, "PREFIX_MIN", least)
     fast_stream, slow_stream = StreamWindows(cfg, token_map), StreamWindows(cfg, token_map)
     fast, slow = NgramCounts(cfg, fast_stream.pad_id), NgramCounts(cfg, slow_stream.pad_id)
     for raw, starts, mask in pieces:
@@ -51,12 +52,12 @@ def test_compiled_counts_equal_the_numpy_path_across_cuts(max_ngram, seed, monke
     cfg = _config(max_ngram)
     token_map = _token_map(cfg, rng)
     n = int(rng.integers(50, 4_000))
-    raw = rng.integers(0, (5, 60, cfg.vocab_size, cfg.vocab_size // 8)[seed], n)  # repeats or not
+    raw = rng.integers(0, (5, 60, cfg.vocab_size, cfg.vocab_size // 8)[seed], 2 * n)[::2]  # repeats or not; strided
     starts = rng.random(n) < (0.0, 0.02, 0.3, 0.01)[seed]
     mask = rng.random(n) >= (0.0, 0.05, 0.3, 0.0)[seed] if seed != 3 else None
     cuts = np.r_[0, np.sort(rng.integers(0, n, 4)), n]
     pieces = [(raw[a:z], starts[a:z], None if mask is None else mask[a:z]) for a, z in itertools.pairwise(cuts)]
-    fast, slow = _both(cfg, token_map, pieces, monkeypatch)
+    fast, slow = _both(cfg, token_map, pieces, monkeypatch, least=(1, n // 5, 1, 1)[seed])  # 1: paths mixed
     assert fast == slow and fast.as_dict() == slow.as_dict()
     assert (fast.n_positions, fast.n_masked) == (slow.n_positions, slow.n_masked)
 

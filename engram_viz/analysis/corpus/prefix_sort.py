@@ -240,9 +240,10 @@ def chunk_runs(
     token_map, pad, m = stream.token_map, stream.pad_id, stream.max_ngram
     if kernels is None or not 0 <= token_map.min() <= token_map.max() < 1 << KEY_BITS:
         return None  # (ids that do not pack: the numpy path says so)
-    raw = int64_ids("raw_ids", raw_ids, 1)
-    mask = np.zeros(0, bool) if token_mask is None else bool_mask("token_mask", token_mask, raw.shape)
-    starts = np.zeros(len(raw), bool) if seq_start is None else bool_mask("seq_start", seq_start, raw.shape)
+    line = np.ascontiguousarray  # the kernels take contiguous arrays
+    raw, token_map = line(int64_ids("raw_ids", raw_ids, 1)), line(token_map)
+    mask = np.zeros(0, bool) if token_mask is None else line(bool_mask("token_mask", token_mask, raw.shape))
+    starts = np.zeros(len(raw), bool) if seq_start is None else line(bool_mask("seq_start", seq_start, raw.shape))
     most = 1 << ((64 - (m - 1)) // m)  # dense ids that fit m fields and the flags in 64 bits
     runs: Runs = {n: [] for n in range(2, m + 1)}
     at = 0
