@@ -72,7 +72,7 @@ def count_batch(
     stream = StreamWindows(config, tok.token_map)
     counts = NgramCounts(config, stream.pad_id)
     if len(ids):
-        counts.add_windows(stream(ids, st))
+        counts.add_tokens(stream, ids, st)
     return counts, np.bincount(ids, minlength=config.vocab_size), len(ids)
 
 
@@ -108,7 +108,7 @@ class _Counter:
         if self.max_tokens is not None and stats.tokens + len(ids) >= self.max_tokens:
             keep = self.max_tokens - stats.tokens
             ids, st, done = ids[:keep], st[:keep], True
-        stats.counts.add_windows(self.stream(ids, st))
+        stats.counts.add_tokens(self.stream, ids, st)
         stats.raw_counts += np.bincount(ids, minlength=len(stats.raw_counts))
         stats.tokens += len(ids)
         record["tokens"] += len(ids)
