@@ -130,7 +130,12 @@ def main() -> None:
     parser.add_argument("--before", type=Path, required=True, help="the older package tree")
     parser.add_argument("--corpus", type=Path, default=Path("/tmp/mixed.txt"), help="corpus file to tokenize")
     parser.add_argument("--tokens", type=int, default=10_000_000, help="tokens counted")
-    parser.add_argument("--cache", type=Path, default=Path("/tmp/30c"), help="folder of the cached batches")
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "engram-counting-kernel",
+        help="folder of the cached batches (made once; delete it after changing --corpus or --tokens)",
+    )
     parser.add_argument("--rounds", type=int, default=3, help="rounds, trees alternating; best taken")
     parser.add_argument("--core", type=int, default=1, help="the core each run is pinned to")
     args = parser.parse_args()
