@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from engram_viz.analysis.corpus import bucket_passes
-from engram_viz.analysis.corpus.bucket_passes import iter_columns, top_indices
+from engram_viz.analysis.corpus.bucket_passes import iter_columns
 from engram_viz.analysis.corpus.ngram_counts import NgramCounts
+from engram_viz.analysis.corpus.top_k import top_indices
 from engram_viz.config import load_config
 from engram_viz.core.layout import EngramLayout
 

@@ -48,9 +48,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from engram_viz.analysis.corpus.bucket_passes import bucket_lookup, run_column_pass, top_indices
+from engram_viz.analysis.corpus.bucket_passes import bucket_lookup, run_column_pass
 from engram_viz.analysis.corpus.ngram_text import make_decoder
 from engram_viz.analysis.corpus.row_ids import ngram_hashes
+from engram_viz.analysis.corpus.top_k import top_indices
 from engram_viz.analysis.corpus.windows import sequence_windows, window_ngrams
 from engram_viz.analysis.row_stats.accumulator import NgramAccumulator
 from engram_viz.analysis.row_stats.usage import RowUsage
@@ -98,15 +99,12 @@ class _CollisionConsumer:
         self.layout = layout
         self.params = (n_examples, ngrams_per_bucket, candidates)
         self.result = _Pass([], [], [], {})
-        self._shared_heads = np.zeros(0, dtype=np.int8)
         self._probs: list[float] = []
         self._ranked: tuple[int, np.ndarray] = (-1, np.empty(0, np.int64))  # (order, its most frequent keys)
 
     def __call__(self, view) -> None:
         res, heads = self.result, self.layout.n_heads
-        k, m = len(view.ngrams), view.prime
-        n_occupied, n_shared, per_key = view.occupancy()
-        colliding = per_key >= 2
+        k, m = len(view.counts), view.prime
         stats = view.stats()  # the colliding n-grams and positions summed over the shared buckets (fewer than n-grams)
         shared_buckets = stats.n_ngrams >= 2
         n_colliding = int(stats.n_ngrams[shared_buckets].sum())
@@ -119,8 +117,8 @@ class _CollisionConsumer:
                 "column": view.column,
                 "prime": m,
                 "distinct_ngrams": k,
-                "occupied": n_occupied,
-                "shared_buckets": n_shared,
+                "occupied": len(stats.occupied),
+                "shared_buckets": int(np.count_nonzero(shared_buckets)),
                 "colliding_ngrams": n_colliding,
                 "positions": view.positions,
                 "colliding_positions": int(stats.hits[shared_buckets].sum()),
@@ -130,15 +128,12 @@ class _CollisionConsumer:
             }
         )
         if view.head == 0:  # the heads of one (layer, order) come one after another
-            self._shared_heads, self._probs = np.zeros(k, dtype=np.int8), []
-        self._shared_heads += colliding
+            self._probs = []
         self._probs.append(float(1 - np.exp(max(k - 1, 0) * np.log1p(-1.0 / m))))
         if view.head == heads - 1:
-            shared = self._shared_heads
+            shared, n_keys, n_pos = view.heads_shared()
             res.shared[(view.layer, view.order)] = shared
             expected = poisson_binomial(np.array(self._probs)) * k
-            n_keys = np.bincount(shared, minlength=heads + 1)
-            n_pos = np.bincount(shared, weights=view.counts, minlength=heads + 1)
             for j in range(heads + 1):
                 res.heads_shared.append(
                     {
@@ -146,64 +141,56 @@ class _CollisionConsumer:
                         "order": view.order,
                         "heads_shared": j,
                         "ngrams": int(n_keys[j]),
-                        "positions": int(np.rint(n_pos[j])),
+                        "positions": int(n_pos[j]),
                         "expected_ngrams": float(expected[j]),
                     }
                 )
         n_examples, per_bucket, candidates = self.params
         if n_examples and n_colliding:
-            top = self._top_colliding(view, colliding, candidates)
+            top = self._top_colliding(view, stats, candidates)
             res.examples += _column_examples(view, top, n_examples, per_bucket)
 
-    def _top_colliding(self, view, colliding: np.ndarray, candidates: int) -> np.ndarray:
+    def _top_colliding(self, view, stats, candidates: int) -> np.ndarray:
         """The ``candidates`` most frequent colliding keys (ties: smaller index). The order's
         most frequent keys are ranked once for all its columns; a column whose colliding keys are
         not all among them (a sparse column: few collide) ranks its own colliding keys."""
         if self._ranked[0] != view.order:
-            self._ranked = (view.order, top_indices(view.counts, np.arange(len(view.counts)), candidates))
+            self._ranked = (view.order, top_indices(view.counts, None, candidates))
         ranked = self._ranked[1]
-        hit = ranked[colliding[ranked]]
+        hit = ranked[view.per_key_at(ranked) >= 2]
         if len(hit) >= candidates or len(ranked) == len(view.counts):
             return hit[:candidates]  # the global ranking restricted to colliding keys keeps its order
-        idx = np.flatnonzero(colliding)
+        idx = view.keys_in(stats.occupied[stats.n_ngrams >= 2])
         return idx[top_indices(view.counts[idx], idx, candidates)]
 
 
 def _column_examples(view, top: np.ndarray, n_examples: int, per_bucket: int) -> list[dict]:
     """The ``n_examples`` example buckets of a column among those of its ``top`` colliding keys:
-    ranked by their second largest count, then their positions, then the bucket; no sort of the
-    candidates' members (only the chosen buckets' few are sorted)."""
-    cand = np.unique(view.buckets[top])  # every candidate bucket holds >= 2 keys
-    sel = view.keys_in(cand)
-    group = np.searchsorted(cand, view.buckets[sel])
-    counts = view.counts[sel]
-    largest = np.zeros(len(cand), dtype=np.int64)
-    np.maximum.at(largest, group, counts)
-    at_max = np.flatnonzero(counts == largest[group])
-    _, first = np.unique(group[at_max], return_index=True)
-    rest = counts.copy()
-    rest[at_max[first]] = -1  # one largest per bucket left out: the next largest is the second
-    second = np.full(len(cand), -1, dtype=np.int64)
-    np.maximum.at(second, group, rest)
+    ranked by their second largest count, then their positions, then the bucket; only the chosen
+    buckets' n-grams are sorted (and unpacked)."""
+    cand = np.unique(view.buckets_at(top))  # every candidate bucket holds >= 2 keys
+    second = view.second_largest(cand)
     stats = view.stats()
     total = stats.hits[np.searchsorted(stats.occupied, cand)]
-    ranked = np.lexsort((cand, -total, -second))[:n_examples]
+    chosen = cand[np.lexsort((cand, -total, -second))[:n_examples]]
+    sel, sel_buckets = view.members_of(chosen)
     out = []
-    for rank, g in enumerate(ranked, 1):
-        members = sel[group == g]
+    for rank, b in enumerate(chosen, 1):
+        members = sel[sel_buckets == b]
         members = members[np.lexsort((members, -view.counts[members]))]  # count desc, then index
-        for j, i in enumerate(members[:per_bucket], 1):
+        shown = members[:per_bucket]
+        for j, (i, ids) in enumerate(zip(shown, view.ngrams_at(shown)), 1):
             out.append(
                 {
                     "layer": view.layer,
                     "order": view.order,
                     "head": view.head,
                     "example": rank,
-                    "row": int(view.buckets[i]) + view.offset,
-                    "bucket": int(view.buckets[i]),
+                    "row": int(b) + view.offset,
+                    "bucket": int(b),
                     "n_ngrams": len(members),
                     "ngram_rank": j,
-                    "ngram_ids": tuple(int(x) for x in view.ngrams[i]),
+                    "ngram_ids": tuple(int(x) for x in ids),
                     "count": int(view.counts[i]),
                 }
             )
@@ -288,7 +275,7 @@ class CollisionStats(NgramAccumulator):
         shared = self._pass().shared
         for order in self.config.ngram_orders:
             counts = self.counts.ngram_counts(order)
-            best = top_indices(counts, np.arange(len(counts)), top)
+            best = top_indices(counts, None, top)
             for rank, (i, row) in enumerate(zip(best, self.counts.ngrams_at(order, best)), 1):
                 ids = tuple(int(x) for x in row)
                 text = decoder.text(ids) if decoder else ""
