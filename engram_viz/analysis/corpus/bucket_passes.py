@@ -20,7 +20,7 @@ from functools import cached_property
 import numpy as np
 
 from engram_viz._compiled import compiled_kernel
-from engram_viz.analysis.corpus.group_tally import GroupTally, compiled_group_tally, tally_group
+from engram_viz.analysis.corpus.group_tally import GroupTally, ListBuffer, compiled_group_tally, tally_group
 from engram_viz.analysis.corpus.ngram_counts import NgramCounts
 from engram_viz.analysis.corpus.order_keys import OrderKeys
 from engram_viz.analysis.corpus.row_ids import ngram_hashes, reduce_mod
@@ -318,12 +318,20 @@ class ColumnGroup:
     use; without it each head is hashed and tallied on its own and ``heads_shared`` is summed from
     the heads' ``per_key`` as their stats are computed."""
 
-    def __init__(self, layout: EngramLayout, keys: OrderKeys, layer_index: int, kernel: Callable | None = None):
+    def __init__(
+        self,
+        layout: EngramLayout,
+        keys: OrderKeys,
+        layer_index: int,
+        kernel: Callable | None = None,
+        lists: ListBuffer | None = None,
+    ):
         self.layout, self.keys, self.layer_index, self.order = layout, keys, layer_index, keys.order
         self.columns = [layout.column(keys.order, head) for head in range(layout.n_heads)]
         self.primes = [int(layout.column_primes[layer_index, c]) for c in self.columns]
         self.kernel = kernel
-        self._tally: GroupTally | None = None
+        self._lists = lists if lists is not None or kernel is None else ListBuffer(len(keys), layout.n_heads)
+        self._tally: tuple[GroupTally, int] | None = None  # with the lease of its lists
         self._hashes: np.ndarray | None = None
         self._shared = np.zeros(len(keys), dtype=np.int8) if kernel is None else None
         self._added: set[int] = set()  # heads summed into _shared
@@ -337,14 +345,20 @@ class ColumnGroup:
         )
 
     def tally(self) -> GroupTally | None:
-        """Every head's tally (the compiled pass, run once), or None where the group has no kernel."""
-        if self.kernel is not None and self._tally is None:
+        """Every head's tally (the compiled pass, run once; again if a later group took the lists'
+        buffer since), or None where the group has no kernel."""
+        if self.kernel is None:
+            return None
+        if self._tally is None or self._tally[1] != self._lists.lease:
             orders = list(self.layout.config.ngram_orders)
             which = orders.index(self.order) * len(self.layout.layer_ids) + self.layer_index
             k = self.keys
-            heads, width = len(self.primes), max(self.primes)
-            self._tally = tally_group(self.kernel, which, heads, width, k.gvals, k.bounds, k.lo, k.counts)
-        return self._tally
+            nxt, lease = self._lists.take(len(k))
+            self._tally = (
+                tally_group(self.kernel, which, max(self.primes), (k.gvals, k.bounds, k.lo, k.counts), nxt),
+                lease,
+            )
+        return self._tally[0]
 
     def hashes(self) -> np.ndarray:
         """Pre-modulo hashes int64 ``[U]`` of the keys (from the unpacked n-grams; kept)."""
@@ -413,10 +427,11 @@ def run_column_pass(layout: EngramLayout, counts: NgramCounts, consumers: list) 
 def iter_columns(layout: EngramLayout, counts: NgramCounts) -> Iterator[ColumnView]:
     """Every column, one at a time, in (order, layer, head) order: the heads of an (order, layer)
     share one :class:`ColumnGroup` (one compiled tally, or one unpacking and hashing of the keys)."""
+    lists = ListBuffer(max([counts.n_distinct(n) for n in layout.config.ngram_orders], default=0), layout.n_heads)
     for n in layout.config.ngram_orders:
         keys = OrderKeys(counts, n)
         for li in range(len(layout.layer_ids)):
-            group = ColumnGroup(layout, keys, li, _group_kernel(layout, keys, li))
+            group = ColumnGroup(layout, keys, li, _group_kernel(layout, keys, li), lists)
             for head in range(layout.n_heads):
                 yield group.view(head)
 

@@ -29,6 +29,7 @@ import numpy as np
 
 from engram_viz._compiled import compiled_kernel
 from engram_viz.analysis.corpus.keys import KEY_BITS
+from engram_viz.analysis.corpus.row_ids import fresh_rows
 from engram_viz.core.layout import EngramLayout
 
 _ID_MASK = (1 << KEY_BITS) - 1
@@ -216,19 +217,37 @@ class GroupTally:
         return out
 
 
-def tally_group(
-    kernel: Callable, which: int, heads: int, width: int, gvals: np.ndarray, bounds: np.ndarray, lo, counts
-) -> GroupTally:
+class ListBuffer:
+    """One int32 ``[rows, heads]`` buffer for the groups' bucket lists (``nxt``), lent to one group
+    at a time: a pass over the groups writes its lists into the same pages instead of fresh ones
+    (populated once, up front: far cheaper here than huge-page faults). ``lease`` counts the loans,
+    so a group can tell whether its lists were overwritten since (then it tallies again)."""
+
+    def __init__(self, rows: int, heads: int):
+        self.rows, self.heads, self.lease = rows, heads, 0
+        self._array: np.ndarray | None = None
+
+    def take(self, rows: int) -> tuple[np.ndarray, int]:
+        """``(nxt int32 [rows, heads], lease)``: the buffer's first ``rows`` rows, lent anew."""
+        if self._array is None or self._array.shape[0] < rows:
+            self._array = fresh_rows((max(rows, self.rows), self.heads), np.int32)
+        self.lease += 1
+        return self._array[:rows], self.lease
+
+
+def tally_group(kernel: Callable, which: int, width: int, keys: tuple, nxt: np.ndarray) -> GroupTally:
     """Run the layout's ``kernel`` on group ``which`` (its index in (order, layer) order) over the
-    order's packed keys: ``gvals`` int64 ``[G]`` and ``bounds`` int64 ``[G + 1]`` (the keys of
-    group ``gvals[g]`` are ``lo[bounds[g]:bounds[g + 1]]``), ``lo`` uint64 ``[U]``, ``counts``
-    int64 ``[U]``; ``width`` the group's largest prime."""
-    u = len(lo)
+    order's packed ``keys`` ``(gvals int64 [G], bounds int64 [G + 1], lo uint64 [U], counts int64
+    [U])`` (the keys of group ``gvals[g]`` are ``lo[bounds[g]:bounds[g + 1]]``); ``width`` the
+    group's largest prime; the lists go into ``nxt`` (int32 ``[U, heads]``, e.g. from a
+    :class:`ListBuffer`)."""
+    gvals, bounds, lo, counts = keys
+    u, heads = len(lo), nxt.shape[1]
     out = GroupTally(
         np.zeros((heads, width, 2), np.int64),
         np.full((heads, width), -1, np.int32),
-        np.empty((u, heads), np.int32),
-        np.empty(u, np.int8),
+        nxt,
+        fresh_rows((u,), np.int8),
         np.zeros(heads + 1, np.int64),
         np.zeros(heads + 1, np.int64),
     )

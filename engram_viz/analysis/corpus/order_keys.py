@@ -13,6 +13,7 @@ import numpy as np
 
 from engram_viz.analysis.corpus.keys import KEY_BITS, unpack_ngrams
 from engram_viz.analysis.corpus.ngram_counts import NgramCounts
+from engram_viz.analysis.corpus.row_ids import fresh_rows
 
 
 class OrderKeys:
@@ -27,9 +28,18 @@ class OrderKeys:
         self.bounds = np.cumsum([0] + [len(lo) for _, lo, _ in parts]).astype(np.int64)
         if len(parts) == 1:  # one group (orders up to 3): the stored arrays, no copy
             self.lo, self.counts = parts[0][1], parts[0][2]
-        else:
-            self.lo = np.concatenate([lo for _, lo, _ in parts]) if parts else np.empty(0, np.uint64)
-            self.counts = np.concatenate([c for _, _, c in parts]) if parts else np.empty(0, np.int64)
+        else:  # into arrays with their pages populated up front (row_ids.fresh_rows)
+            u = int(self.bounds[-1])
+            self.lo = (
+                np.concatenate([lo for _, lo, _ in parts], out=fresh_rows((u,), np.uint64))
+                if parts
+                else np.empty(0, np.uint64)
+            )
+            self.counts = (
+                np.concatenate([c for _, _, c in parts], out=fresh_rows((u,), np.int64))
+                if parts
+                else np.empty(0, np.int64)
+            )
         self.positions = int(self.counts.sum())
         self._ngrams: np.ndarray | None = None
 

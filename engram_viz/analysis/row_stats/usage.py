@@ -235,12 +235,16 @@ class RowUsage(NgramAccumulator):
     def hit_histogram(self, specials: bool = False) -> pd.DataFrame:
         """(layer, order, hits, rows): how many rows were hit exactly ``hits`` times (special-only
         n-grams left out unless ``specials``)."""
-        recs = [
-            {"layer": layer, "order": order, "hits": int(h), "rows": int(hist[h])}
-            for (layer, order), hist in sorted(self._pass(specials=specials).histogram.items())
-            for h in np.flatnonzero(hist)
-        ]
-        return pd.DataFrame(recs, columns=["layer", "order", "hits", "rows"])
+        cols: dict[str, list[np.ndarray]] = {"layer": [], "order": [], "hits": [], "rows": []}
+        for (layer, order), hist in sorted(self._pass(specials=specials).histogram.items()):
+            hits = np.flatnonzero(hist)
+            cols["layer"].append(np.full(len(hits), layer, np.int64))
+            cols["order"].append(np.full(len(hits), order, np.int64))
+            cols["hits"].append(hits.astype(np.int64))
+            cols["rows"].append(hist[hits].astype(np.int64))
+        if not sum(len(h) for h in cols["hits"]):
+            return pd.DataFrame([], columns=list(cols))
+        return pd.DataFrame({name: np.concatenate(parts) for name, parts in cols.items()})
 
     def rank_frequency(self, max_points: int = 256, specials: bool = False) -> pd.DataFrame:
         """(layer, rank, hits): the layer's row hits sorted descending, at up to ``max_points``
