@@ -20,7 +20,13 @@ from functools import cached_property
 import numpy as np
 
 from engram_viz._compiled import compiled_kernel
-from engram_viz.analysis.corpus.group_tally import GroupTally, ListBuffer, compiled_group_tally, tally_group
+from engram_viz.analysis.corpus.group_tally import (
+    GroupTally,
+    ListBuffer,
+    compiled_group_tally,
+    count_shift,
+    tally_group,
+)
 from engram_viz.analysis.corpus.ngram_counts import NgramCounts
 from engram_viz.analysis.corpus.order_keys import OrderKeys
 from engram_viz.analysis.corpus.row_ids import ngram_hashes, reduce_mod
@@ -32,7 +38,7 @@ from engram_viz.errors import InputError
 # sorts its (bucket, count) pairs once, where most n-grams sit alone in their bucket.
 DENSE_RATIO = 8
 TALLY_MIN = 1 << 18  # n-grams from which a dense column is tallied by a compiled loop (numba)
-GROUP_TABLE_MAX = 1 << 26  # bytes of per-bucket tables (20 a bucket, every head) the group tally may hold
+GROUP_TABLE_MAX = 1 << 26  # bytes of per-bucket tables (12 a bucket, every head) the group tally may hold
 _COUNT_BITS = 38  # a sorted pair is bucket << 38 | count: buckets below 2**25, counts below 2**38
 
 
@@ -209,9 +215,9 @@ class ColumnView:
         if self._stats is None:
             tally = self._tally()
             if tally is not None:
-                n_per = tally.n_ngrams[self.head, : self.prime]
+                n_per = tally.n_ngrams(self.head, slice(0, self.prime))
                 occupied = np.flatnonzero(n_per)
-                self._stats = ColumnStats(occupied, n_per[occupied], tally.hits[self.head, occupied], view=self)
+                self._stats = ColumnStats(occupied, n_per[occupied], tally.hits(self.head, occupied), view=self)
             else:
                 self._stats = column_stats(self.buckets, self.counts, self.prime)
                 if self.group is not None:
@@ -244,7 +250,7 @@ class ColumnView:
         tally = self._tally()
         if tally is None:
             return self.stats().per_key[index]
-        return tally.n_ngrams[self.head, self.buckets_at(index)]
+        return tally.n_ngrams(self.head, self.buckets_at(index))
 
     def members_of(self, buckets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The n-grams landing in any of ``buckets``, unordered: ``(indices int64 [M], bucket of
@@ -400,12 +406,13 @@ class ColumnGroup:
 def _group_kernel(layout: EngramLayout, keys: OrderKeys, layer_index: int) -> Callable | None:
     """The compiled group tally where it applies: ``TALLY_MIN`` keys or more (below that, loading
     the kernel costs more than it saves), every head dense, the per-bucket tables within
-    ``GROUP_TABLE_MAX`` and key indices within int32."""
+    ``GROUP_TABLE_MAX``, key indices within int32 and a bucket's keys and positions within one
+    int64 (``group_tally.count_shift``)."""
     u = len(keys)
     primes = [int(layout.column_primes[layer_index, layout.column(keys.order, h)]) for h in range(layout.n_heads)]
-    if u < TALLY_MIN or u >= 1 << 31 or max(primes) > DENSE_RATIO * u:
+    if u < TALLY_MIN or u >= 1 << 31 or max(primes) > DENSE_RATIO * u or count_shift(u, keys.positions) is None:
         return None
-    if 20 * layout.n_heads * max(primes) > GROUP_TABLE_MAX:
+    if 12 * layout.n_heads * max(primes) > GROUP_TABLE_MAX:
         return None
     return compiled_group_tally(layout)
 

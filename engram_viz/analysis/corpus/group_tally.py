@@ -5,7 +5,8 @@ multipliers and differ only in the prime, so one pass over the keys serves all o
 reads the keys as :class:`~engram_viz.analysis.corpus.ngram_counts.NgramCounts` keeps them, packed
 (``keys``: 17 bits per id, oldest id on top, ``(group, lo)``), computes each key's hash from its
 packed ids (no ``[U, order]`` array unpacked), then per head its bucket ``hash % prime``, counts it
-into ``n_ngrams[head, bucket]`` and ``hits[head, bucket]`` and pushes the key onto the bucket's list
+(n-grams and hits of a bucket share one int64, ``n << shift | hits``: one add a key and head) and
+pushes the key onto the bucket's list
 (``first[head, bucket]`` and ``nxt[key, head]``: the keys of a bucket, last key first), so the keys
 of a few buckets are read by walking their lists instead of scanning every key. The kernel is
 generated per layout with the multipliers and primes as literal constants, so each ``% prime`` is a
@@ -52,14 +53,15 @@ def _hash_lines(order: int, multipliers: tuple[int, ...]) -> list[str]:
 
 
 def _source(groups: tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...]) -> str:
-    """Python source of ``tally(which, gvals, bounds, lo, counts, tab, first, nxt, shared,
+    """Python source of ``tally(which, shift, gvals, bounds, lo, counts, tab, first, nxt, shared,
     shared_keys, shared_positions)``: one branch per group ``(order, multipliers, primes)``; ``tab``
-    int64 ``[H, P, 2]`` holds each bucket's (n-grams, hits) side by side (one cache line a bucket)."""
+    int64 ``[H, P]`` holds each bucket's ``n_ngrams << shift | hits``."""
     lines = [
         "import numpy as np",
         "",
         "",
-        "def tally(which, gvals, bounds, lo, counts, tab, first, nxt, shared, shared_keys, shared_positions):",
+        "def tally(which, shift, gvals, bounds, lo, counts, tab, first, nxt, shared, shared_keys, shared_positions):",
+        "    one = np.int64(1) << shift",
     ]
     for which, (order, multipliers, primes) in enumerate(groups):
         spill = order * KEY_BITS - 64
@@ -75,8 +77,7 @@ def _source(groups: tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...]) ->
         )
         for head, prime in enumerate(primes):
             lines.append(f"                b = np.int64(u % np.uint64({prime}))")
-            lines.append(f"                tab[{head}, b, 0] += 1")
-            lines.append(f"                tab[{head}, b, 1] += c")
+            lines.append(f"                tab[{head}, b] += one + c")
             lines.append(f"                nxt[i, {head}] = first[{head}, b]")
             lines.append(f"                first[{head}, b] = i")
     return "\n".join(lines + _HEADS_SHARED) + "\n"
@@ -90,7 +91,7 @@ _HEADS_SHARED = [
     "        shared[i] = heads",
     "    for head in range(heads):",
     "        for b in range(tab.shape[1]):",
-    "            if tab[head, b, 0] == 1:",
+    "            if tab[head, b] >> shift == 1:",
     "                shared[first[head, b]] -= 1",
     "    for i in range(shared.shape[0]):",
     "        shared_keys[shared[i]] += 1",
@@ -101,7 +102,7 @@ _HEADS_SHARED = [
 @functools.lru_cache(maxsize=8)
 def _compile(groups: tuple) -> Callable | None:
     signature = (
-        "void(int64, int64[::1], int64[::1], uint64[::1], int64[::1], int64[:, :, ::1], "
+        "void(int64, int64, int64[::1], int64[::1], uint64[::1], int64[::1], int64[:, ::1], "
         "int32[:, ::1], int32[:, ::1], int8[::1], int64[::1], int64[::1])"
     )
     return compiled_kernel(_source(groups), "group_tally", "tally", signature, nogil=True, boundscheck=False)
@@ -177,32 +178,33 @@ def _walk_kernel() -> Callable | None:
 
 @dataclass
 class GroupTally:
-    """Every head's occupancy of one (order, layer) group, from :func:`tally_group`: ``n_ngrams``
-    and ``hits`` int64 ``[H, P]`` (views of one ``[H, P, 2]`` table; P the largest prime, head h
-    uses ``[:prime_h]``), the bucket lists ``first`` int32 ``[H, P]`` (-1: empty) and ``nxt``
-    int32 ``[U, H]`` (-1: end), ``heads_shared`` int8 ``[U]``, and how many keys and positions
-    have each value of it, ``shared_keys`` and ``shared_positions`` int64 ``[H + 1]``."""
+    """Every head's occupancy of one (order, layer) group, from :func:`tally_group`: ``table``
+    int64 ``[H, P]`` (P the largest prime; head h uses ``[:prime_h]``), each bucket's ``n_ngrams <<
+    shift | hits``; the bucket lists ``first`` int32 ``[H, P]`` (-1: empty) and ``nxt`` int32
+    ``[U, H]`` (-1: end); ``heads_shared`` int8 ``[U]``, and how many keys and positions have each
+    value of it, ``shared_keys`` and ``shared_positions`` int64 ``[H + 1]``."""
 
     table: np.ndarray
+    shift: int
     first: np.ndarray
     nxt: np.ndarray
     heads_shared: np.ndarray
     shared_keys: np.ndarray
     shared_positions: np.ndarray
 
-    @property
-    def n_ngrams(self) -> np.ndarray:
-        return self.table[:, :, 0]
+    def n_ngrams(self, head: int, buckets: slice | np.ndarray) -> np.ndarray:
+        """int64: the distinct n-grams in ``buckets`` of ``head``."""
+        return self.table[head, buckets] >> self.shift
 
-    @property
-    def hits(self) -> np.ndarray:
-        return self.table[:, :, 1]
+    def hits(self, head: int, buckets: slice | np.ndarray) -> np.ndarray:
+        """int64: the positions summed over ``buckets`` of ``head``."""
+        return self.table[head, buckets] & ((1 << self.shift) - 1)
 
     def members(self, head: int, buckets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(keys int64 [M], bucket of each int64 [M])`` of the distinct ``buckets`` (int64, in
         range) on ``head``, unordered (only their keys are read)."""
         asked = np.ascontiguousarray(buckets, dtype=np.int64)
-        total = int(self.n_ngrams[head, asked].sum())
+        total = int(self.n_ngrams(head, asked).sum())
         keys, at, none = np.empty(total, np.int64), np.empty(total, np.int64), np.empty(0, np.int64)
         _walk_kernel()(self.first[head], self.nxt, head, asked, none, keys, at, none)
         return keys, at
@@ -215,6 +217,13 @@ class GroupTally:
         if len(asked):
             _walk_kernel()(self.first[head], self.nxt, head, asked, counts, none, none, out)
         return out
+
+
+def count_shift(keys: int, positions: int) -> int | None:
+    """The bit where a bucket's n-gram count starts in its packed int64 (``n << shift | hits``),
+    for ``keys`` distinct keys carrying ``positions`` in all; None where both do not fit 63 bits."""
+    shift = 63 - max(keys, 1).bit_length()
+    return shift if positions < 1 << shift else None
 
 
 class ListBuffer:
@@ -238,19 +247,22 @@ class ListBuffer:
 def tally_group(kernel: Callable, which: int, width: int, keys: tuple, nxt: np.ndarray) -> GroupTally:
     """Run the layout's ``kernel`` on group ``which`` (its index in (order, layer) order) over the
     order's packed ``keys`` ``(gvals int64 [G], bounds int64 [G + 1], lo uint64 [U], counts int64
-    [U])`` (the keys of group ``gvals[g]`` are ``lo[bounds[g]:bounds[g + 1]]``); ``width`` the
-    group's largest prime; the lists go into ``nxt`` (int32 ``[U, heads]``, e.g. from a
-    :class:`ListBuffer`)."""
+    [U])`` (the keys of group ``gvals[g]`` are ``lo[bounds[g]:bounds[g + 1]]``; their counts must
+    fit :func:`count_shift`); ``width`` the group's largest prime; the lists go into ``nxt`` (int32
+    ``[U, heads]``, e.g. from a :class:`ListBuffer`)."""
     gvals, bounds, lo, counts = keys
     u, heads = len(lo), nxt.shape[1]
+    shift = count_shift(u, int(counts.sum()))
+    assert shift is not None  # the caller checked
     out = GroupTally(
-        np.zeros((heads, width, 2), np.int64),
+        np.zeros((heads, width), np.int64),
+        shift,
         np.full((heads, width), -1, np.int32),
         nxt,
         fresh_rows((u,), np.int8),
         np.zeros(heads + 1, np.int64),
         np.zeros(heads + 1, np.int64),
     )
-    kernel(which, gvals, bounds, lo, counts, out.table, out.first, out.nxt, out.heads_shared,
+    kernel(which, shift, gvals, bounds, lo, counts, out.table, out.first, out.nxt, out.heads_shared,
            out.shared_keys, out.shared_positions)  # fmt: skip
     return out
