@@ -112,7 +112,12 @@ def _tables(counts: NgramCounts, cfg) -> dict[str, pd.DataFrame]:
     analyse_together(usage, collisions, top=20)
     tables = {f"usage_{k}": v for k, v in usage.to_frame(top=20, tokenizer=False).items()}
     tables |= {f"collisions_{k}": v for k, v in collisions.to_frame(tokenizer=False).items()}
-    tables["top_ngrams_with_specials"] = usage.hot_rows(top=20, tokenizer=False, specials=True)
+    tables["hot_rows_with_specials"] = usage.hot_rows(top=20, tokenizer=False, specials=True)
+    tables["top_ngrams_past_the_ranking"] = collisions.top_ngrams(300, tokenizer=False)  # ranked anew
+    no_examples = CollisionStats(cfg, counts)
+    no_examples.examples(n_examples=0, tokenizer=False)  # a pass that ranks nothing for the examples
+    tables["top_ngrams_without_examples"] = no_examples.top_ngrams(tokenizer=False)
+    pd.testing.assert_frame_equal(tables["top_ngrams_without_examples"], tables["collisions_top_ngrams"])
     return tables
 
 

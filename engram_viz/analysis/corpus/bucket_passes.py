@@ -49,7 +49,16 @@ class ColumnStats:
     own bucket, itself included). ``per_key``, ``order`` and ``starts`` (the n-grams grouped by
     bucket) are computed when first read where the column's tally did not need them."""
 
-    def __init__(self, occupied, n_ngrams, hits, per_key=None, buckets=None, view: ColumnView | None = None):
+    def __init__(
+        self,
+        occupied: np.ndarray,
+        n_ngrams: np.ndarray,
+        hits: np.ndarray,
+        per_key: np.ndarray | None = None,
+        buckets: np.ndarray | None = None,
+        view: ColumnView | None = None,
+    ):
+        """``per_key`` and ``buckets`` given, or read from ``view`` when first asked for."""
         self.occupied, self.n_ngrams, self.hits = occupied, n_ngrams, hits
         self._per_key, self._buckets, self._view = per_key, buckets, view
 

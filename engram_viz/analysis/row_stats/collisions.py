@@ -90,6 +90,7 @@ class _Pass:
     heads_shared: list[dict]
     examples: list[dict]
     shared: dict[tuple[int, int], np.ndarray]  # (layer, order) -> heads_shared int8 [U]
+    ranked: dict[int, tuple[np.ndarray, np.ndarray]]  # order -> its most frequent keys, their counts (examples)
 
 
 class _CollisionConsumer:
@@ -98,7 +99,7 @@ class _CollisionConsumer:
     def __init__(self, layout: EngramLayout, n_examples: int, ngrams_per_bucket: int, candidates: int):
         self.layout = layout
         self.params = (n_examples, ngrams_per_bucket, candidates)
-        self.result = _Pass([], [], [], {})
+        self.result = _Pass([], [], [], {}, {})
         self._probs: list[float] = []
         self._ranked: tuple[int, np.ndarray] = (-1, np.empty(0, np.int64))  # (order, its most frequent keys)
 
@@ -156,6 +157,7 @@ class _CollisionConsumer:
         not all among them (a sparse column: few collide) ranks its own colliding keys."""
         if self._ranked[0] != view.order:
             self._ranked = (view.order, top_indices(view.counts, None, candidates))
+            self.result.ranked[view.order] = (self._ranked[1], view.counts[self._ranked[1]])
         ranked = self._ranked[1]
         hit = ranked[view.per_key_at(ranked) >= 2]
         if len(hit) >= candidates or len(ranked) == len(view.counts):
@@ -274,9 +276,8 @@ class CollisionStats(NgramAccumulator):
         recs = []
         shared = self._pass().shared
         for order in self.config.ngram_orders:
-            counts = self.counts.ngram_counts(order)
-            best = top_indices(counts, None, top)
-            for rank, (i, row) in enumerate(zip(best, self.counts.ngrams_at(order, best)), 1):
+            best, counts = self._most_frequent(order, top)
+            for rank, (i, c, row) in enumerate(zip(best, counts, self.counts.ngrams_at(order, best)), 1):
                 ids = tuple(int(x) for x in row)
                 text = decoder.text(ids) if decoder else ""
                 for layer in self.layout.layer_ids:
@@ -286,12 +287,22 @@ class CollisionStats(NgramAccumulator):
                             "rank": rank,
                             "ngram": text,
                             "ngram_ids": " ".join(map(str, ids)),
-                            "count": int(counts[i]),
+                            "count": int(c),
                             "layer": layer,
                             "heads_shared": int(shared[(layer, order)][i]),
                         }
                     )
         return pd.DataFrame(recs, columns=["order", "rank", "ngram", "ngram_ids", "count", "layer", "heads_shared"])
+
+    def _most_frequent(self, order: int, top: int) -> tuple[np.ndarray, np.ndarray]:
+        """The ``top`` most frequent keys of ``order`` (ties: smaller index) and their counts: the
+        head of the pass's ranking for the examples where it is long enough, else ranked here."""
+        kept = self._pass().ranked.get(order)
+        if kept is not None and (len(kept[0]) >= top or len(kept[0]) == self.counts.n_distinct(order)):
+            return kept[0][:top], kept[1][:top]
+        counts = self.counts.ngram_counts(order)
+        best = top_indices(counts, None, top)
+        return best, counts[best]
 
     def to_frame(
         self, n_examples: int = 3, ngrams_per_bucket: int = 4, top: int = 50, tokenizer=None
