@@ -149,7 +149,7 @@ class _CollisionConsumer:
         n_examples, per_bucket, candidates = self.params
         if n_examples and n_colliding:
             top = self._top_colliding(view, stats, candidates)
-            res.examples += _column_examples(view, top, n_examples, per_bucket)
+            res.examples += _column_examples(view, top, n_examples, per_bucket, frequent=True)
 
     def _top_colliding(self, view, stats, candidates: int) -> np.ndarray:
         """The ``candidates`` most frequent colliding keys (ties: smaller index). The order's
@@ -166,12 +166,13 @@ class _CollisionConsumer:
         return idx[top_indices(view.counts[idx], idx, candidates)]
 
 
-def _column_examples(view, top: np.ndarray, n_examples: int, per_bucket: int) -> list[dict]:
+def _column_examples(view, top: np.ndarray, n_examples: int, per_bucket: int, frequent: bool = False) -> list[dict]:
     """The ``n_examples`` example buckets of a column among those of its ``top`` colliding keys:
     ranked by their second largest count, then their positions, then the bucket; only the chosen
-    buckets' n-grams are sorted (and unpacked)."""
-    cand = np.unique(view.buckets_at(top))  # every candidate bucket holds >= 2 keys
-    second = view.second_largest(cand)
+    buckets' n-grams are sorted (and unpacked). ``frequent``: ``top`` holds the column's most
+    frequent colliding keys, so the buckets' other keys count at most ``min(counts[top])``
+    (:func:`_candidate_seconds`)."""
+    cand, second = _candidate_seconds(view, top, n_examples, frequent)
     stats = view.stats()
     total = stats.hits[np.searchsorted(stats.occupied, cand)]
     chosen = cand[np.lexsort((cand, -total, -second))[:n_examples]]
@@ -197,6 +198,26 @@ def _column_examples(view, top: np.ndarray, n_examples: int, per_bucket: int) ->
                 }
             )
     return out
+
+
+def _candidate_seconds(view, top: np.ndarray, n_examples: int, frequent: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``(candidate buckets int64 [C] sorted, second largest count of each int64 [C])``: the
+    buckets of the ``top`` keys. Where ``top`` holds the most frequent colliding keys (``frequent``)
+    a bucket holding two of them has the second of those as its second (its other keys count less
+    or the same), and a bucket holding one has a second of at most ``min(counts[top])``: those are
+    read (their keys walked) only when enough buckets of the first kind do not beat that bound."""
+    b_top, c_top = view.buckets_at(top), view.counts[top]
+    cand, group = np.unique(b_top, return_inverse=True)  # every candidate bucket holds >= 2 keys
+    if not frequent:
+        return cand, view.second_largest(cand)
+    by = np.lexsort((-c_top, group))  # by bucket, then count descending
+    starts = np.searchsorted(group[by], np.arange(len(cand)))
+    n_top = np.diff(np.append(starts, len(by)))
+    second = np.where(n_top >= 2, c_top[by][np.minimum(starts + 1, len(by) - 1)], -1)
+    alone = n_top < 2
+    if alone.any() and np.count_nonzero(second > c_top.min()) < n_examples:
+        second[alone] = view.second_largest(cand[alone])
+    return cand, second
 
 
 class CollisionStats(NgramAccumulator):
