@@ -33,11 +33,12 @@ def compiled(monkeypatch):
     monkeypatch.setattr(bucket_passes, "DENSE_RATIO", 10**9)
 
 
-def _counts(cfg, n_seq: int, length: int, seed: int) -> NgramCounts:
+def _counts(cfg, n_seq: int, length: int, seed: int, vocab: int | None = None) -> NgramCounts:
     """Zipf-skewed ids (repeats, ties, BOS/EOS/pad among them) and uniform ones over the whole
-    compressed vocabulary (4-gram keys in several groups), each sequence from position 0."""
+    compressed vocabulary (4-gram keys in several groups), or over ``vocab`` ids, each sequence
+    from position 0."""
     rng = np.random.default_rng(seed)
-    vocab = cfg.engram_compressed_vocab_size
+    vocab = cfg.engram_compressed_vocab_size if vocab is None else vocab
     counts = NgramCounts(cfg)
     for _ in range(n_seq):
         skewed = (rng.zipf(1.3, length) - 1) % vocab
@@ -46,13 +47,14 @@ def _counts(cfg, n_seq: int, length: int, seed: int) -> NgramCounts:
 
 
 def _python_buckets(layout: EngramLayout, view) -> list[int]:
-    """Every key's bucket, in Python integers: XOR of id x multiplier over the look-backs, mod prime."""
+    """Every key's bucket, in Python integers: XOR of id x multiplier over the look-backs (as int64:
+    an id past the vocabulary can wrap a product), floor modulo the prime."""
     out = []
     for ngram in view.ngrams.tolist():
         h = 0
         for s, c in enumerate(reversed(ngram)):
-            h ^= c * int(layout.multipliers[view.layer_index, s])
-        out.append(h % view.prime)
+            h ^= (c * int(layout.multipliers[view.layer_index, s])) % (1 << 64)
+        out.append((h - (1 << 64) if h >= 1 << 63 else h) % view.prime)
     return out
 
 
@@ -85,11 +87,15 @@ def _check_view(layout: EngramLayout, view, rng) -> list[int]:
     return buckets
 
 
-@pytest.mark.parametrize(("n_seq", "length"), [(20, 300), (2, 40)], ids=["dense", "sparse"])
-def test_group_tally_matches_python_dicts(compiled, n_seq, length):
+@pytest.mark.parametrize(
+    ("n_seq", "length", "vocab"),
+    [(20, 300, None), (2, 40, None), (4, 100, 1 << 17)],
+    ids=["dense", "sparse", "ids-past-the-vocabulary"],
+)
+def test_group_tally_matches_python_dicts(compiled, n_seq, length, vocab):
     cfg = load_config("tiny")
     layout = EngramLayout(cfg)
-    counts = _counts(cfg, n_seq, length, seed=n_seq)
+    counts = _counts(cfg, n_seq, length, seed=n_seq, vocab=vocab)
     rng = np.random.default_rng(1)
     shared: dict[tuple[int, int], np.ndarray] = {}
     for view in iter_columns(layout, counts):

@@ -37,19 +37,22 @@ _ID_MASK = (1 << KEY_BITS) - 1
 
 
 def _hash_lines(order: int, multipliers: tuple[int, ...]) -> list[str]:
-    """Source lines setting ``h``, the pre-modulo hash of the packed key ``key`` (uint64) whose
-    bits above 64 are ``top`` (int64, already shifted into place): XOR over the look-backs s of
-    ``id[s] * multiplier[s]``, look-back 0 (the newest id) in the lowest bits."""
+    """Source lines setting ``hu`` (uint64) and ``h`` (the same bits as int64), the pre-modulo hash
+    of the packed key ``key`` (uint64) whose bits above 64 are ``top`` (uint64, already shifted into
+    place): XOR over the look-backs s of ``id[s] * multiplier[s]``, look-back 0 (the newest id) in
+    the lowest bits. The products are taken in uint64, where wrapping is defined (numpy's int64
+    products in ``ngram_hashes`` wrap to the same bits; a compiled int64 product may be assumed
+    not to wrap, and a sign test after it folded away)."""
     lines = []
     for s in range(order):
         shift = KEY_BITS * s
         if shift + KEY_BITS <= 64:
-            ident = f"np.int64((key >> np.uint64({shift})) & np.uint64({_ID_MASK}))"
+            ident = f"((key >> np.uint64({shift})) & np.uint64({_ID_MASK}))"
         else:  # the oldest id of a 4-gram straddles bit 64: its high bits are the key's group
-            ident = f"(top | np.int64(key >> np.uint64({shift})))"
-        product = f"{ident} * np.int64({multipliers[s]})"
-        lines.append(f"                h = {product}" if s == 0 else f"                h = h ^ ({product})")
-    return lines
+            ident = f"(top | (key >> np.uint64({shift})))"
+        product = f"{ident} * np.uint64({multipliers[s]})"
+        lines.append(f"                hu = {product}" if s == 0 else f"                hu = hu ^ ({product})")
+    return [*lines, "                h = np.int64(hu)"]
 
 
 def _source(groups: tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...]) -> str:
@@ -67,19 +70,21 @@ def _source(groups: tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...]) ->
         spill = order * KEY_BITS - 64
         lines.append(f"    {'if' if which == 0 else 'elif'} which == {which}:")
         lines.append("        for g in range(gvals.shape[0]):")
-        lines.append(f"            top = gvals[g] << np.int64({max(KEY_BITS - spill, 0)})")
+        lines.append(f"            top = np.uint64(gvals[g]) << np.uint64({max(KEY_BITS - spill, 0)})")
         lines.append("            for i in range(bounds[g], bounds[g + 1]):")
         lines.append("                key = lo[i]")
         lines.append("                c = counts[i]")
         lines += _hash_lines(order, multipliers)
-        lines.append(
-            "                u = np.uint64(h)  # h >= 0: unsigned division by a constant is the cheaper reciprocal"
-        )
-        for head, prime in enumerate(primes):
-            lines.append(f"                b = np.int64(u % np.uint64({prime}))")
-            lines.append(f"                tab[{head}, b] += one + c")
-            lines.append(f"                nxt[i, {head}] = first[{head}, b]")
-            lines.append(f"                first[{head}, b] = i")
+        lines.append("                if h >= 0:  # unsigned division by a constant: the cheaper reciprocal")
+        lines += [
+            f"                    b{head} = np.int64(hu % np.uint64({prime}))" for head, prime in enumerate(primes)
+        ]
+        lines.append("                else:  # ids past the vocabulary can wrap a product: floor modulo, as numpy's")
+        lines += [f"                    b{head} = h % {prime}" for head, prime in enumerate(primes)]
+        for head in range(len(primes)):
+            lines.append(f"                tab[{head}, b{head}] += one + c")
+            lines.append(f"                nxt[i, {head}] = first[{head}, b{head}]")
+            lines.append(f"                first[{head}, b{head}] = i")
     return "\n".join(lines + _HEADS_SHARED) + "\n"
 
 
