@@ -139,6 +139,21 @@ def test_tables_equal_the_numpy_path(compiled, monkeypatch):
         assert fast[name].to_csv(index=False) == slow[name].to_csv(index=False)
 
 
+def test_spilled_counts_give_the_same_tables(compiled, tmp_path):
+    """Counts spilled to disk (the lists' buffer then grows order by order) against counts in memory."""
+    cfg = load_config("tiny")
+    rng = np.random.default_rng(4)
+    ids = (rng.zipf(1.3, (12, 300)) - 1) % cfg.engram_compressed_vocab_size
+    whole, spilled = NgramCounts(cfg), NgramCounts(cfg, memory_limit=100_000, spill_dir=tmp_path)
+    for row in ids:
+        whole.add_compressed(row)
+        spilled.add_compressed(row)
+    assert spilled.n_spills > 0
+    a, b = _tables(whole, cfg), _tables(spilled, cfg)
+    for name in a:
+        pd.testing.assert_frame_equal(a[name], b[name])
+
+
 def test_views_kept_across_groups_read_their_own_lists(compiled):
     """Every view kept, then read last group first: a group whose lists a later group's tally
     overwrote tallies again (the lists share one buffer)."""

@@ -19,7 +19,7 @@ from functools import cached_property
 
 import numpy as np
 
-from engram_viz._compiled import compiled_kernel
+from engram_viz._compiled import compiled_kernel, readonly
 from engram_viz.analysis.corpus.group_tally import (
     GroupTally,
     ListBuffer,
@@ -117,7 +117,7 @@ def _tally(buckets, counts, prime):  # pragma: no cover - compiled by numba (_de
 @functools.lru_cache(maxsize=1)
 def _dense_kernel() -> Callable | None:
     source = "import numpy as np\n\n\n" + inspect.getsource(_tally)
-    signature = "Tuple((int64[::1], int64[::1], int64[::1]))(int64[::1], int64[::1], int64)"
+    signature = f"Tuple((int64[::1], int64[::1], int64[::1]))({readonly('int64')}, {readonly('int64')}, int64)"
     return compiled_kernel(source, "bucket_tally", "_tally", signature, nogil=True, boundscheck=False)
 
 
@@ -443,8 +443,11 @@ def run_column_pass(layout: EngramLayout, counts: NgramCounts, consumers: list) 
 def iter_columns(layout: EngramLayout, counts: NgramCounts) -> Iterator[ColumnView]:
     """Every column, one at a time, in (order, layer, head) order: the heads of an (order, layer)
     share one :class:`ColumnGroup` (one compiled tally, or one unpacking and hashing of the keys)."""
-    lists = ListBuffer(max([counts.n_distinct(n) for n in layout.config.ngram_orders], default=0), layout.n_heads)
-    for n in layout.config.ngram_orders:
+    # one buffer for the bucket lists, sized for the largest order up front (where reading the sizes
+    # costs nothing: with runs spilled to disk it would cost a merge, and the buffer grows instead)
+    orders = layout.config.ngram_orders
+    lists = ListBuffer(max(counts.n_distinct(n) for n in orders) if not counts.n_spills else 0, layout.n_heads)
+    for n in orders:
         keys = OrderKeys(counts, n)
         for li in range(len(layout.layer_ids)):
             group = ColumnGroup(layout, keys, li, _group_kernel(layout, keys, li), lists)

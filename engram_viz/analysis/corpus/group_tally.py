@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engram_viz._compiled import compiled_kernel
+from engram_viz._compiled import compiled_kernel, readonly
 from engram_viz.analysis.corpus.keys import KEY_BITS
 from engram_viz.analysis.corpus.row_ids import fresh_rows
 from engram_viz.core.layout import EngramLayout
@@ -107,7 +107,7 @@ _HEADS_SHARED = [
 @functools.lru_cache(maxsize=8)
 def _compile(groups: tuple) -> Callable | None:
     signature = (
-        "void(int64, int64, int64[::1], int64[::1], uint64[::1], int64[::1], int64[:, ::1], "
+        f"void(int64, int64, int64[::1], int64[::1], {readonly('uint64')}, {readonly('int64')}, int64[:, ::1], "
         "int32[:, ::1], int32[:, ::1], int8[::1], int64[::1], int64[::1])"
     )
     return compiled_kernel(_source(groups), "group_tally", "tally", signature, nogil=True, boundscheck=False)
@@ -177,7 +177,9 @@ def _walk(first, nxt, head, asked, counts, keys, buckets, second):  # pragma: no
 @functools.lru_cache(maxsize=1)
 def _walk_kernel() -> Callable | None:
     source = "import numpy as np\n\n\n" + inspect.getsource(_walk)
-    signature = "void(int32[::1], int32[:, ::1], int64, int64[::1], int64[::1], int64[::1], int64[::1], int64[::1])"
+    signature = (
+        f"void(int32[::1], int32[:, ::1], int64, int64[::1], {readonly('int64')}, int64[::1], int64[::1], int64[::1])"
+    )
     return compiled_kernel(source, "bucket_walk", "_walk", signature, nogil=True, boundscheck=False)
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from engram_viz._compiled import compiled_kernel
+from engram_viz._compiled import compiled_kernel, readonly
 
 COMPILED_MIN = 1 << 16  # values from which the compiled heap pays for loading its kernel
 
@@ -64,7 +64,7 @@ def _heap_top(values, tiebreak, k, out):  # pragma: no cover - compiled by numba
 @functools.lru_cache(maxsize=1)
 def _kernel() -> Callable | None:
     source = "import numpy as np\n\n\n" + inspect.getsource(_heap_top)
-    signature = "boolean(int64[::1], int64[::1], int64, int64[::1])"
+    signature = f"boolean({readonly('int64')}, {readonly('int64')}, int64, int64[::1])"
     return compiled_kernel(source, "top_k", "_heap_top", signature, nogil=True, boundscheck=False)
 
 
