@@ -76,17 +76,15 @@ class _UsageConsumer:
         self.params = (top, ngrams_per_row, specials)
         self.special_ids = np.asarray(special_ids, dtype=np.int64)
         self.result = _Pass(top, ngrams_per_row, [], {}, {layer: [] for layer in layout.layer_ids}, specials)
-        self._only_of: tuple[np.ndarray | None, np.ndarray] = (
-            None,
-            np.empty(0, np.int64),
-        )  # (an order's counts, _only)
+        # (an order's counts, its special-only n-grams): the same for every column of the order
+        self._only_of: tuple[np.ndarray | None, np.ndarray] = (None, np.empty(0, np.int64))
 
     def _only(self, view) -> np.ndarray:
         """Sorted indices of the view's special-only n-grams (every id BOS/EOS/pad): those the hot
         rows and the histogram leave out (none with ``specials``)."""
         if self.result.specials or not len(view.counts):
             return np.empty(0, np.int64)
-        if self._only_of[0] is not view.counts:  # the same n-grams for every column of an order: once
+        if self._only_of[0] is not view.counts:  # once per order
             self._only_of = (view.counts, view.made_of(self.special_ids))
         return self._only_of[1]
 
