@@ -52,3 +52,9 @@ def compiled_kernel(source: str, stem: str, function: str, signature: str, **opt
     sys.modules[spec.name] = module  # numba's cache finds the function's module by name when it loads it
     spec.loader.exec_module(module)
     return numba.njit(signature, cache=True, **options)(getattr(module, function))
+
+
+def readonly(dtype: str) -> str:
+    """A signature's C-contiguous 1-d array of ``dtype`` that may be read-only (a memory-mapped or
+    spilled array: ``int64[::1]`` refuses those; a writable array is taken too)."""
+    return f"Array({dtype}, 1, 'C', readonly=True)"

@@ -210,9 +210,11 @@ def test_poisson_binomial():
     assert np.isclose(poisson_binomial(np.array([0.1, 0.5, 0.9])).sum(), 1.0)
 
 
-def test_column_examples_against_sorting_every_candidate_bucket():
+@pytest.mark.parametrize("frequent", [False, True], ids=["any-keys", "most-frequent-keys"])
+def test_column_examples_against_sorting_every_candidate_bucket(frequent):
     """The example buckets (ranked by second largest count, positions, bucket; members by count
-    then index) against plain Python sorts of every candidate bucket, ties in counts included."""
+    then index) against plain Python sorts of every candidate bucket, ties in counts included:
+    for any colliding keys, and for the most frequent ones (whose buckets' other keys are bounded)."""
     rng = np.random.default_rng(3)
     for _ in range(200):
         u, prime = int(rng.integers(2, 2000)), int(rng.choice([3, 7, 101, 997]))
@@ -224,6 +226,8 @@ def test_column_examples_against_sorting_every_candidate_bucket():
         if not len(colliding):
             continue
         top = rng.permutation(colliding)[: int(rng.integers(1, 300))]
+        if frequent:  # the k most frequent colliding keys, ties by index
+            top = colliding[np.lexsort((colliding, -counts[colliding]))][: len(top)]
         members = defaultdict(list)
         for i in range(u):
             if buckets[i] in set(buckets[top].tolist()):
@@ -236,6 +240,6 @@ def test_column_examples_against_sorting_every_candidate_bucket():
             for rank, b in enumerate(ranked, 1)
             for j, i in enumerate(members[b][:4], 1)
         ]
-        got = _column_examples(view, top, 3, 4)
+        got = _column_examples(view, top, 3, 4, frequent=frequent)
         keys = ("example", "row", "bucket", "n_ngrams", "ngram_rank", "ngram_ids", "count")
         assert [tuple(r[k] for k in keys) for r in got] == want

@@ -8,9 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engram_viz.analysis.corpus import bucket_passes
-from engram_viz.analysis.corpus.bucket_passes import iter_columns, top_indices
+from engram_viz.analysis.corpus import bucket_passes, top_k
+from engram_viz.analysis.corpus.bucket_passes import iter_columns
 from engram_viz.analysis.corpus.ngram_counts import NgramCounts
+from engram_viz.analysis.corpus.top_k import top_indices
 from engram_viz.config import load_config
 from engram_viz.core.layout import EngramLayout
 
@@ -48,10 +49,17 @@ def test_stats_match_numpy_unique_in_both_regimes(config, dense_ratio, tally_min
         assert view.keys_in(np.array([view.prime + 5, -1])).size == 0
 
 
-def test_top_indices_keeps_the_order_of_a_full_sort():
+@pytest.mark.parametrize("compiled_min", [1 << 60, 0], ids=["numpy", "compiled"])
+def test_top_indices_keeps_the_order_of_a_full_sort(compiled_min, monkeypatch):
+    if compiled_min == 0:
+        pytest.importorskip("numba")
+    monkeypatch.setattr(top_k, "COMPILED_MIN", compiled_min)
     rng = np.random.default_rng(3)
-    for values in (rng.integers(0, 3, 5000), rng.zipf(1.3, 5000), np.full(50, 7), np.arange(10) * 2**40):
+    cases = (rng.integers(0, 3, 5000), rng.zipf(1.3, 5000), np.full(50, 7), np.arange(10) * 2**40, np.array([3, -1, 3]))
+    for values in cases:  # the last two outside [0, 2**31): the compiled heap hands them to numpy
         tiebreak = rng.permutation(len(values))
         want = np.lexsort((tiebreak, -values))
+        by_index = np.lexsort((np.arange(len(values)), -values))
         for k in (0, 1, 5, 200, len(values), len(values) + 3):
             assert np.array_equal(top_indices(values, tiebreak, k), want[:k]), (k, values[:5])
+            assert np.array_equal(top_indices(values, None, k), by_index[:k]), (k, values[:5])

@@ -1,9 +1,13 @@
 """Column passes: the distinct n-grams of one (layer, order, head) column and their buckets.
 
-:func:`iter_columns` yields every column as a :class:`ColumnView` (each order's n-grams unpacked
-once, hashed once per layer); ``ColumnView.stats()`` derives the occupancy all analyses read
-once per column: a counter per bucket where the column is dense (one compiled pass with numba,
-else bincounts), one sort of (bucket, count) pairs where it is sparse. :func:`top_indices` is the deterministic top-k they rank with.
+:func:`iter_columns` yields every column as a :class:`ColumnView`, group by group: the heads of one
+(order, layer) share a :class:`ColumnGroup` over the order's keys (``order_keys``). Where numba is
+installed and the group is dense (every prime at most ``DENSE_RATIO`` x its distinct n-grams, from
+``TALLY_MIN`` of them), one compiled pass over the packed keys (``group_tally``) tallies every head
+at once and keeps each bucket's keys as a list: the views read their occupancy from it, walk the
+lists for the keys of a few buckets, and unpack an n-gram or hash a key only where asked. Otherwise
+each column is hashed and tallied on its own (a counter per bucket where dense, one sort of
+(bucket, count) pairs where sparse) from the unpacked n-grams; the results are the same (tested).
 """
 
 from __future__ import annotations
@@ -11,38 +15,66 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
 
-from engram_viz._compiled import compiled_kernel
+from engram_viz._compiled import compiled_kernel, readonly
+from engram_viz.analysis.corpus.group_tally import (
+    GroupTally,
+    ListBuffer,
+    compiled_group_tally,
+    count_shift,
+    tally_group,
+)
 from engram_viz.analysis.corpus.ngram_counts import NgramCounts
+from engram_viz.analysis.corpus.order_keys import OrderKeys
 from engram_viz.analysis.corpus.row_ids import ngram_hashes, reduce_mod
 from engram_viz.core.layout import EngramLayout
 from engram_viz.errors import InputError
 
 # A column whose prime is at most DENSE_RATIO x its distinct n-grams is tallied into one counter per
-# bucket (bincount: no sort, no gather over a permutation); a sparser one (V4.1's ~16M buckets per
-# column) sorts its (bucket, count) pairs once, where most n-grams sit alone in their bucket.
+# bucket (no sort, no gather over a permutation); a sparser one (V4.1's ~16M buckets per column)
+# sorts its (bucket, count) pairs once, where most n-grams sit alone in their bucket.
 DENSE_RATIO = 8
-TALLY_MIN = 1 << 18  # n-grams from which a dense column is tallied by the compiled loop (numba)
+TALLY_MIN = 1 << 18  # n-grams from which a dense column is tallied by a compiled loop (numba)
+GROUP_TABLE_MAX = 1 << 26  # bytes of per-bucket tables (12 a bucket, every head) the group tally may hold
 _COUNT_BITS = 38  # a sorted pair is bucket << 38 | count: buckets below 2**25, counts below 2**38
 
 
-@dataclass
 class ColumnStats:
     """Occupancy of one column, computed once: ``occupied`` int64 ``[R]`` (sorted buckets holding
     at least one n-gram), ``n_ngrams`` and ``hits`` int64 ``[R]`` (distinct n-grams and summed
     positions per occupied bucket), ``per_key`` int64 ``[U]`` (distinct n-grams in each n-gram's
-    own bucket, itself included). ``order`` and ``starts`` (the n-grams grouped by bucket) cost a
-    sort and are computed only when asked for."""
+    own bucket, itself included). ``per_key``, ``order`` and ``starts`` (the n-grams grouped by
+    bucket) are computed when first read where the column's tally did not need them."""
 
-    occupied: np.ndarray
-    n_ngrams: np.ndarray
-    hits: np.ndarray
-    per_key: np.ndarray
-    buckets: np.ndarray = field(repr=False)  # int64 [U], the view's
+    def __init__(
+        self,
+        occupied: np.ndarray,
+        n_ngrams: np.ndarray,
+        hits: np.ndarray,
+        per_key: np.ndarray | None = None,
+        buckets: np.ndarray | None = None,
+        view: ColumnView | None = None,
+    ):
+        """``per_key`` and ``buckets`` given, or read from ``view`` when first asked for."""
+        self.occupied, self.n_ngrams, self.hits = occupied, n_ngrams, hits
+        self._per_key, self._buckets, self._view = per_key, buckets, view
+
+    @property
+    def buckets(self) -> np.ndarray:
+        """int64 ``[U]``: the bucket of every n-gram (the view's)."""
+        return self._buckets if self._buckets is not None else self._view.buckets
+
+    @property
+    def per_key(self) -> np.ndarray:
+        if self._per_key is None:
+            self._per_key = self.n_ngrams[np.searchsorted(self.occupied, self.buckets)]
+        return self._per_key
+
+    def _buckets_at(self, index: np.ndarray) -> np.ndarray:
+        return self._buckets[index] if self._buckets is not None else self._view.buckets_at(index)
 
     @cached_property
     def order(self) -> np.ndarray:
@@ -56,13 +88,15 @@ class ColumnStats:
 
     def totals_without(self, left_out: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(n_ngrams, hits)`` int64 ``[R]`` per occupied bucket with the n-grams ``left_out``
-        (bool ``[U]``, few: e.g. special-only n-grams) not counted; ``counts`` the view's. No sort:
-        only the left-out n-grams are looked up."""
-        idx = np.flatnonzero(left_out)
-        at = np.searchsorted(self.occupied, self.buckets[idx])
+        (bool ``[U]``, few: e.g. special-only n-grams) not counted; ``counts`` the view's."""
+        return self.totals_without_keys(np.flatnonzero(left_out), counts)
+
+    def totals_without_keys(self, keys: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`totals_without` for the indices ``keys`` (int64, distinct): no sort, only they are looked up."""
+        at = np.searchsorted(self.occupied, self._buckets_at(keys))
         n_ngrams, hits = self.n_ngrams.copy(), self.hits.copy()
         np.subtract.at(n_ngrams, at, 1)
-        np.subtract.at(hits, at, counts[idx])
+        np.subtract.at(hits, at, counts[keys])
         return n_ngrams, hits
 
 
@@ -83,7 +117,7 @@ def _tally(buckets, counts, prime):  # pragma: no cover - compiled by numba (_de
 @functools.lru_cache(maxsize=1)
 def _dense_kernel() -> Callable | None:
     source = "import numpy as np\n\n\n" + inspect.getsource(_tally)
-    signature = "Tuple((int64[::1], int64[::1], int64[::1]))(int64[::1], int64[::1], int64)"
+    signature = f"Tuple((int64[::1], int64[::1], int64[::1]))({readonly('int64')}, {readonly('int64')}, int64)"
     return compiled_kernel(source, "bucket_tally", "_tally", signature, nogil=True, boundscheck=False)
 
 
@@ -127,41 +161,76 @@ def _packable(buckets: np.ndarray, counts: np.ndarray, prime: int) -> bool:
     return prime <= 1 << (63 - _COUNT_BITS) and (not len(counts) or int(counts.max()) < 1 << _COUNT_BITS)
 
 
-@dataclass
+def column_stats(buckets: np.ndarray, counts: np.ndarray, prime: int) -> ColumnStats:
+    """The occupancy of one column from its buckets (int64 ``[U]``) and counts: dense (a counter per
+    bucket) where ``prime <= DENSE_RATIO x U``, else sorted (or ``np.unique`` past the packing)."""
+    if prime <= DENSE_RATIO * max(len(buckets), 1):
+        return _dense_stats(buckets, counts, prime)
+    if _packable(buckets, counts, prime):
+        return _sorted_stats(buckets, counts)
+    # a prime above 2**25 or a count above 2**38: tally the sparse column by np.unique
+    occupied, inverse, n = np.unique(buckets, return_inverse=True, return_counts=True)
+    hits = np.bincount(inverse, weights=counts, minlength=len(occupied)).astype(np.int64)
+    return ColumnStats(occupied, n.astype(np.int64), hits, n[inverse].astype(np.int64), buckets)
+
+
 class ColumnView:
-    """The distinct n-grams of one (layer, order, head) column and the bucket each lands in."""
+    """The distinct n-grams of one (layer, order, head) column and the bucket each lands in:
+    ``ngrams`` int64 ``[U, order]`` (oldest first, sorted), ``counts`` int64 ``[U]`` (positions
+    carrying each), ``buckets`` int64 ``[U]`` in ``[0, prime)``; row = ``offset`` + bucket. Built
+    from arrays, or by :func:`iter_columns` over a :class:`ColumnGroup`, where ``ngrams`` and
+    ``buckets`` are computed when first read (the methods below read only the keys they need)."""
 
-    layer: int  # model layer id
-    layer_index: int
-    order: int
-    head: int
-    column: int  # (order - 2) * n_heads + head
-    prime: int
-    offset: int  # row = offset + bucket
-    ngrams: np.ndarray  # int64 [U, order], oldest first, sorted
-    counts: np.ndarray  # int64 [U], positions carrying each n-gram
-    buckets: np.ndarray  # int64 [U], in [0, prime)
-    positions: int = -1  # counts.sum(): positions of the order (the same for every column of it)
-    _stats: ColumnStats | None = field(default=None, repr=False, compare=False)
+    def __init__(
+        self,
+        layer: int,
+        layer_index: int,
+        order: int,
+        head: int,
+        column: int,
+        prime: int,
+        offset: int,
+        ngrams: np.ndarray | None,
+        counts: np.ndarray,
+        buckets: np.ndarray | None,
+        positions: int = -1,
+        group: ColumnGroup | None = None,
+    ):
+        self.layer, self.layer_index, self.order, self.head, self.column = layer, layer_index, order, head, column
+        self.prime, self.offset, self.counts, self.group = prime, offset, counts, group
+        self._ngrams, self._buckets = ngrams, buckets
+        self.positions = int(counts.sum()) if positions < 0 else positions  # positions of the order
+        self._stats: ColumnStats | None = None
 
-    def __post_init__(self) -> None:
-        if self.positions < 0:
-            self.positions = int(self.counts.sum())
+    @property
+    def ngrams(self) -> np.ndarray:
+        if self._ngrams is None:
+            self._ngrams = self.group.keys.ngrams()
+        return self._ngrams
+
+    @property
+    def buckets(self) -> np.ndarray:
+        if self._buckets is None:
+            self._buckets = self.group.buckets(self.head)
+        return self._buckets
+
+    def _tally(self) -> GroupTally | None:
+        return self.group.tally() if self.group is not None else None
 
     def stats(self) -> ColumnStats:
         """The column's occupancy (computed on first use, then kept on the view, so every consumer
         of a pass shares it). Memory: a few arrays of U entries, plus one counter per bucket when
         the column is dense (prime <= DENSE_RATIO x U)."""
         if self._stats is None:
-            u = len(self.buckets)
-            if self.prime <= DENSE_RATIO * max(u, 1):
-                self._stats = _dense_stats(self.buckets, self.counts, self.prime)
-            elif _packable(self.buckets, self.counts, self.prime):
-                self._stats = _sorted_stats(self.buckets, self.counts)
-            else:  # a prime above 2**25 or a count above 2**38: tally the sparse column by np.unique
-                occupied, inverse, n = np.unique(self.buckets, return_inverse=True, return_counts=True)
-                hits = np.bincount(inverse, weights=self.counts, minlength=len(occupied)).astype(np.int64)
-                self._stats = ColumnStats(occupied, n.astype(np.int64), hits, n[inverse].astype(np.int64), self.buckets)
+            tally = self._tally()
+            if tally is not None:
+                n_per = tally.n_ngrams(self.head, slice(0, self.prime))
+                occupied = np.flatnonzero(n_per)
+                self._stats = ColumnStats(occupied, n_per[occupied], tally.hits(self.head, occupied), view=self)
+            else:
+                self._stats = column_stats(self.buckets, self.counts, self.prime)
+                if self.group is not None:
+                    self.group.add_colliding(self.head, self._stats.per_key)
         return self._stats
 
     def bucket_totals(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -176,16 +245,79 @@ class ColumnView:
         s = self.stats()
         return len(s.occupied), int(np.count_nonzero(s.n_ngrams >= 2)), s.per_key
 
-    def keys_in(self, buckets: np.ndarray) -> np.ndarray:
-        """Indices (into ``ngrams``, ascending) of the n-grams landing in any of ``buckets``: one
-        scan of the column's buckets through a table of the buckets asked for (no sort)."""
+    def ngrams_at(self, index: np.ndarray) -> np.ndarray:
+        """``ngrams[index]`` (int64 ``[Q, order]``), unpacking only those rows where not yet unpacked."""
+        return self.group.keys.ngrams_at(index) if self._ngrams is None else self._ngrams[index]
+
+    def buckets_at(self, index: np.ndarray) -> np.ndarray:
+        """``buckets[index]`` (int64 ``[Q]``), hashing only those keys where not yet all hashed."""
+        index = np.asarray(index, dtype=np.int64)
+        return self.group.buckets_at(self.head, index) if self._buckets is None else self._buckets[index]
+
+    def per_key_at(self, index: np.ndarray) -> np.ndarray:
+        """``stats().per_key[index]``: the distinct n-grams in the buckets of the n-grams ``index``."""
+        tally = self._tally()
+        if tally is None:
+            return self.stats().per_key[index]
+        return tally.n_ngrams(self.head, self.buckets_at(index))
+
+    def members_of(self, buckets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The n-grams landing in any of ``buckets``, unordered: ``(indices int64 [M], bucket of
+        each int64 [M])``. From the group's bucket lists where tallied (only those n-grams are
+        read), else one scan of the column's buckets through a table of the buckets asked for."""
         q = np.asarray(buckets, dtype=np.int64).ravel()
         q = q[(q >= 0) & (q < self.prime)]
+        tally = self._tally()
+        if tally is not None:
+            return tally.members(self.head, np.unique(q))
         if not len(q) or not len(self.buckets):
-            return np.empty(0, dtype=np.int64)
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
         asked = np.zeros(self.prime, dtype=bool)  # one byte per bucket: 16 MB on V4.1's largest column
         asked[q] = True
-        return np.flatnonzero(asked[self.buckets])
+        idx = np.flatnonzero(asked[self.buckets])
+        return idx, self.buckets[idx]
+
+    def keys_in(self, buckets: np.ndarray) -> np.ndarray:
+        """Indices (into ``ngrams``, ascending) of the n-grams landing in any of ``buckets``."""
+        idx = self.members_of(buckets)[0]
+        return np.sort(idx) if self._tally() is not None else idx
+
+    def second_largest(self, buckets: np.ndarray) -> np.ndarray:
+        """int64 ``[Q]``: per bucket of ``buckets`` (distinct, in range), the second largest count
+        of its n-grams (the largest where two share it; -1 for a bucket of fewer than two)."""
+        cand = np.asarray(buckets, dtype=np.int64)
+        tally = self._tally()
+        if tally is not None:
+            return tally.second_largest(self.head, cand, self.counts)
+        sel, sel_buckets = self.members_of(cand)
+        group = np.searchsorted(np.sort(cand), sel_buckets)
+        counts = self.counts[sel]
+        largest = np.full(len(cand), -1, dtype=np.int64)
+        np.maximum.at(largest, group, counts)
+        at_max = np.flatnonzero(counts == largest[group])
+        _, first = np.unique(group[at_max], return_index=True)
+        rest = counts.copy()
+        rest[at_max[first]] = -1  # one largest per bucket left out: the next largest is the second
+        second = np.full(len(cand), -1, dtype=np.int64)
+        np.maximum.at(second, group, rest)
+        return second[np.searchsorted(np.sort(cand), cand)]
+
+    def made_of(self, ids: np.ndarray) -> np.ndarray:
+        """Sorted indices of the n-grams whose every id is one of ``ids`` (e.g. BOS, EOS, pad)."""
+        if self._ngrams is None:
+            return self.group.keys.made_of(ids)
+        only = np.flatnonzero(np.isin(self._ngrams[:, 0], ids))  # few start with one
+        for j in range(1, self._ngrams.shape[1]):  # the next ids of those only
+            only = only[np.isin(self._ngrams[only, j], ids)]
+        return only
+
+    def heads_shared(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Over every head of the view's (layer, order) group: ``(heads_shared int8 [U], keys
+        int64 [H + 1], positions int64 [H + 1])``, on how many heads each n-gram's bucket holds
+        another n-gram, and how many n-grams, and positions, have each value."""
+        if self.group is None:
+            raise InputError("heads_shared needs a view from iter_columns (the heads of its group)")
+        return self.group.heads_shared()
 
     def grouped(self) -> tuple[np.ndarray, np.ndarray]:
         """The n-grams grouped by bucket: ``(order int64 [U], starts int64 [R])``, where
@@ -193,6 +325,134 @@ class ColumnView:
         ``occupied[r]`` (one stable sort, for a caller that walks every bucket's members)."""
         s = self.stats()
         return s.order, s.starts
+
+
+class ColumnGroup:
+    """The columns of one (order, layer): the order's keys (``OrderKeys``) under each head's prime.
+    ``kernel`` (the layout's compiled group tally, or None) tallies every head in one pass on first
+    use; without it each head is hashed and tallied on its own and ``heads_shared`` is summed from
+    the heads' ``per_key`` as their stats are computed."""
+
+    def __init__(
+        self,
+        layout: EngramLayout,
+        keys: OrderKeys,
+        layer_index: int,
+        kernel: Callable | None = None,
+        lists: ListBuffer | None = None,
+    ):
+        self.layout, self.keys, self.layer_index, self.order = layout, keys, layer_index, keys.order
+        self.columns = [layout.column(keys.order, head) for head in range(layout.n_heads)]
+        self.primes = [int(layout.column_primes[layer_index, c]) for c in self.columns]
+        self.kernel = kernel
+        self._lists = lists if lists is not None or kernel is None else ListBuffer(len(keys), layout.n_heads)
+        self._tally: tuple[GroupTally, int] | None = None  # with the lease of its lists
+        self._hashes: np.ndarray | None = None
+        self._shared = np.zeros(len(keys), dtype=np.int8) if kernel is None else None
+        self._added: set[int] = set()  # heads summed into _shared
+
+    def view(self, head: int) -> ColumnView:
+        li, col = self.layer_index, self.columns[head]
+        layer, offset = self.layout.layer_ids[li], int(self.layout.offsets[li, col])
+        k = self.keys
+        return ColumnView(
+            layer, li, self.order, head, col, self.primes[head], offset, None, k.counts, None, k.positions, self
+        )
+
+    def tally(self) -> GroupTally | None:
+        """Every head's tally (the compiled pass, run once; again if a later group took the lists'
+        buffer since), or None where the group has no kernel."""
+        if self.kernel is None:
+            return None
+        if self._tally is None or self._tally[1] != self._lists.lease:
+            orders = list(self.layout.config.ngram_orders)
+            which = orders.index(self.order) * len(self.layout.layer_ids) + self.layer_index
+            k = self.keys
+            nxt, lease = self._lists.take(len(k))
+            self._tally = (
+                tally_group(self.kernel, which, max(self.primes), (k.gvals, k.bounds, k.lo, k.counts), nxt),
+                lease,
+            )
+        return self._tally[0]
+
+    def hashes(self) -> np.ndarray:
+        """Pre-modulo hashes int64 ``[U]`` of the keys (from the unpacked n-grams; kept)."""
+        if self._hashes is None:
+            self._hashes = ngram_hashes(self.layout, self.layer_index, self.keys.ngrams())  # >= 0
+        return self._hashes
+
+    def buckets(self, head: int) -> np.ndarray:
+        """int64 ``[U]``: every key's bucket on ``head`` (``hash % prime`` without a division per key)."""
+        h = self.hashes()
+        return reduce_mod(h, self.primes[head], np.empty_like(h))
+
+    def buckets_at(self, head: int, index: np.ndarray) -> np.ndarray:
+        """int64 ``[Q]``: the buckets of keys ``index`` on ``head``, only those hashed."""
+        h = self._hashes[index] if self._hashes is not None else ngram_hashes(
+            self.layout, self.layer_index, self.keys.ngrams_at(index)
+        )  # fmt: skip
+        return h % self.primes[head]
+
+    def add_colliding(self, head: int, per_key: np.ndarray) -> None:
+        """Sum a head's colliding keys (``per_key >= 2``) into ``heads_shared`` (numpy path; once per head)."""
+        if self._shared is not None and head not in self._added:
+            self._shared += per_key >= 2
+            self._added.add(head)
+
+    def heads_shared(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(heads_shared int8 [U], keys int64 [H + 1], positions int64 [H + 1])`` (ColumnView.heads_shared)."""
+        heads = len(self.primes)
+        tally = self.tally()
+        if tally is not None:
+            return tally.heads_shared, tally.shared_keys, tally.shared_positions
+        for head in sorted(set(range(heads)) - self._added):
+            self.view(head).stats()  # sums the head in
+        shared = self._shared
+        n_pos = np.bincount(shared, weights=self.keys.counts, minlength=heads + 1)  # float64: exact below 2**53
+        return shared, np.bincount(shared, minlength=heads + 1), np.rint(n_pos).astype(np.int64)
+
+
+def _group_kernel(layout: EngramLayout, keys: OrderKeys, layer_index: int) -> Callable | None:
+    """The compiled group tally where it applies: ``TALLY_MIN`` keys or more (below that, loading
+    the kernel costs more than it saves), every head dense, the per-bucket tables within
+    ``GROUP_TABLE_MAX``, key indices within int32 and a bucket's keys and positions within one
+    int64 (``group_tally.count_shift``)."""
+    u = len(keys)
+    primes = [int(layout.column_primes[layer_index, layout.column(keys.order, h)]) for h in range(layout.n_heads)]
+    if u < TALLY_MIN or u >= 1 << 31 or max(primes) > DENSE_RATIO * u or count_shift(u, keys.positions) is None:
+        return None
+    if 12 * layout.n_heads * max(primes) > GROUP_TABLE_MAX:
+        return None
+    return compiled_group_tally(layout)
+
+
+def column_view(layout: EngramLayout, counts: NgramCounts, layer_index: int, order: int, head: int) -> ColumnView:
+    """One column: the distinct n-grams of ``order`` and their buckets under (layer, head)."""
+    layout.column(order, head)
+    return ColumnGroup(layout, OrderKeys(counts, order), layer_index).view(head)
+
+
+def run_column_pass(layout: EngramLayout, counts: NgramCounts, consumers: list) -> None:
+    """One pass over every column, each consumer called with the same :class:`ColumnView` (so
+    its ``stats()`` is computed once for all of them)."""
+    for view in iter_columns(layout, counts):
+        for consume in consumers:
+            consume(view)
+
+
+def iter_columns(layout: EngramLayout, counts: NgramCounts) -> Iterator[ColumnView]:
+    """Every column, one at a time, in (order, layer, head) order: the heads of an (order, layer)
+    share one :class:`ColumnGroup` (one compiled tally, or one unpacking and hashing of the keys)."""
+    # one buffer for the bucket lists, sized for the largest order up front (where reading the sizes
+    # costs nothing: with runs spilled to disk it would cost a merge, and the buffer grows instead)
+    orders = layout.config.ngram_orders
+    lists = ListBuffer(max(counts.n_distinct(n) for n in orders) if not counts.n_spills else 0, layout.n_heads)
+    for n in orders:
+        keys = OrderKeys(counts, n)
+        for li in range(len(layout.layer_ids)):
+            group = ColumnGroup(layout, keys, li, _group_kernel(layout, keys, li), lists)
+            for head in range(layout.n_heads):
+                yield group.view(head)
 
 
 def bucket_lookup(buckets: np.ndarray, prime: int, query: np.ndarray) -> np.ndarray:
@@ -206,61 +466,3 @@ def bucket_lookup(buckets: np.ndarray, prime: int, query: np.ndarray) -> np.ndar
         return np.zeros(len(query), dtype=np.int64)
     at = np.minimum(np.searchsorted(b, query), len(b) - 1)
     return np.where(b[at] == query, n[at], 0)
-
-
-def column_view(layout: EngramLayout, counts: NgramCounts, layer_index: int, order: int, head: int) -> ColumnView:
-    """One column: the distinct n-grams of ``order`` and their buckets under (layer, head)."""
-    col = layout.column(order, head)
-    ngrams, c = counts.ngrams(order)
-    p = int(layout.column_primes[layer_index, col])
-    h = ngram_hashes(layout, layer_index, ngrams)
-    layer = layout.layer_ids[layer_index]
-    b = reduce_mod(h, p, np.empty_like(h))
-    return ColumnView(layer, layer_index, order, head, col, p, int(layout.offsets[layer_index, col]), ngrams, c, b)
-
-
-def run_column_pass(layout: EngramLayout, counts: NgramCounts, consumers: list) -> None:
-    """One pass over every column, each consumer called with the same :class:`ColumnView` (so
-    its ``stats()`` is computed once for all of them)."""
-    for view in iter_columns(layout, counts):
-        for consume in consumers:
-            consume(view)
-
-
-def iter_columns(layout: EngramLayout, counts: NgramCounts) -> Iterator[ColumnView]:
-    """Every column, one at a time, in (order, layer, head) order: each order's n-grams are
-    unpacked once and hashed once per layer."""
-    for n in layout.config.ngram_orders:
-        ngrams, c = counts.ngrams(n)
-        positions = int(c.sum())
-        for li, layer in enumerate(layout.layer_ids):
-            h = ngram_hashes(layout, li, ngrams)  # >= 0: every product stays below 2**63
-            for head in range(layout.n_heads):
-                col = (n - 2) * layout.n_heads + head
-                p = int(layout.column_primes[li, col])
-                b = reduce_mod(h, p, np.empty_like(h))  # h % p without a division per n-gram
-                yield ColumnView(layer, li, n, head, col, p, int(layout.offsets[li, col]), ngrams, c, b, positions)
-
-
-def top_indices(values: np.ndarray, tiebreak: np.ndarray, k: int) -> np.ndarray:
-    """Indices of the k largest ``values``, ties broken by the smaller ``tiebreak`` (deterministic;
-    ``tiebreak`` holds distinct values). Values in ``[0, 2**31)`` and tiebreaks in ``[0, 2**32)``
-    (counts, rows, indices) are packed into one distinct int64 key each, ``value << 32 | ~tiebreak``,
-    so one partition finds the k (numpy's introselect slows to a crawl on the many equal counts of
-    a corpus; on distinct keys it stays linear); other inputs take a partition and a sort of the
-    candidates at or above the k-th value."""
-    if k <= 0:
-        return np.empty(0, dtype=np.int64)
-    v, t = np.asarray(values, dtype=np.int64), np.asarray(tiebreak, dtype=np.int64)
-    n = len(v)
-    if n and 0 <= v.min() and v.max() < 1 << 31 and 0 <= t.min() and t.max() < 1 << 32:
-        key = (v << 32) | ((1 << 32) - 1 - t)  # larger key: larger value, then smaller tiebreak
-        cand = np.argpartition(key, n - k)[n - k :] if n > k else np.arange(n)
-        return cand[np.argsort(-key[cand])]
-    if n > k:
-        kth = np.partition(v, n - k)[n - k]
-        cand = np.flatnonzero(v >= kth)
-    else:
-        cand = np.arange(n)
-    order = np.lexsort((t[cand], -v[cand]))
-    return cand[order[:k]]

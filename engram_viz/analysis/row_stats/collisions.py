@@ -48,9 +48,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from engram_viz.analysis.corpus.bucket_passes import bucket_lookup, run_column_pass, top_indices
+from engram_viz.analysis.corpus.bucket_passes import bucket_lookup, run_column_pass
 from engram_viz.analysis.corpus.ngram_text import make_decoder
 from engram_viz.analysis.corpus.row_ids import ngram_hashes
+from engram_viz.analysis.corpus.top_k import top_indices
 from engram_viz.analysis.corpus.windows import sequence_windows, window_ngrams
 from engram_viz.analysis.row_stats.accumulator import NgramAccumulator
 from engram_viz.analysis.row_stats.usage import RowUsage
@@ -89,6 +90,7 @@ class _Pass:
     heads_shared: list[dict]
     examples: list[dict]
     shared: dict[tuple[int, int], np.ndarray]  # (layer, order) -> heads_shared int8 [U]
+    ranked: dict[int, tuple[np.ndarray, np.ndarray]]  # order -> its most frequent keys, their counts (examples)
 
 
 class _CollisionConsumer:
@@ -97,16 +99,13 @@ class _CollisionConsumer:
     def __init__(self, layout: EngramLayout, n_examples: int, ngrams_per_bucket: int, candidates: int):
         self.layout = layout
         self.params = (n_examples, ngrams_per_bucket, candidates)
-        self.result = _Pass([], [], [], {})
-        self._shared_heads = np.zeros(0, dtype=np.int8)
+        self.result = _Pass([], [], [], {}, {})
         self._probs: list[float] = []
         self._ranked: tuple[int, np.ndarray] = (-1, np.empty(0, np.int64))  # (order, its most frequent keys)
 
     def __call__(self, view) -> None:
         res, heads = self.result, self.layout.n_heads
-        k, m = len(view.ngrams), view.prime
-        n_occupied, n_shared, per_key = view.occupancy()
-        colliding = per_key >= 2
+        k, m = len(view.counts), view.prime
         stats = view.stats()  # the colliding n-grams and positions summed over the shared buckets (fewer than n-grams)
         shared_buckets = stats.n_ngrams >= 2
         n_colliding = int(stats.n_ngrams[shared_buckets].sum())
@@ -119,8 +118,8 @@ class _CollisionConsumer:
                 "column": view.column,
                 "prime": m,
                 "distinct_ngrams": k,
-                "occupied": n_occupied,
-                "shared_buckets": n_shared,
+                "occupied": len(stats.occupied),
+                "shared_buckets": int(np.count_nonzero(shared_buckets)),
                 "colliding_ngrams": n_colliding,
                 "positions": view.positions,
                 "colliding_positions": int(stats.hits[shared_buckets].sum()),
@@ -130,15 +129,12 @@ class _CollisionConsumer:
             }
         )
         if view.head == 0:  # the heads of one (layer, order) come one after another
-            self._shared_heads, self._probs = np.zeros(k, dtype=np.int8), []
-        self._shared_heads += colliding
+            self._probs = []
         self._probs.append(float(1 - np.exp(max(k - 1, 0) * np.log1p(-1.0 / m))))
         if view.head == heads - 1:
-            shared = self._shared_heads
+            shared, n_keys, n_pos = view.heads_shared()
             res.shared[(view.layer, view.order)] = shared
             expected = poisson_binomial(np.array(self._probs)) * k
-            n_keys = np.bincount(shared, minlength=heads + 1)
-            n_pos = np.bincount(shared, weights=view.counts, minlength=heads + 1)
             for j in range(heads + 1):
                 res.heads_shared.append(
                     {
@@ -146,68 +142,82 @@ class _CollisionConsumer:
                         "order": view.order,
                         "heads_shared": j,
                         "ngrams": int(n_keys[j]),
-                        "positions": int(np.rint(n_pos[j])),
+                        "positions": int(n_pos[j]),
                         "expected_ngrams": float(expected[j]),
                     }
                 )
         n_examples, per_bucket, candidates = self.params
         if n_examples and n_colliding:
-            top = self._top_colliding(view, colliding, candidates)
-            res.examples += _column_examples(view, top, n_examples, per_bucket)
+            top = self._top_colliding(view, stats, candidates)
+            res.examples += _column_examples(view, top, n_examples, per_bucket, frequent=True)
 
-    def _top_colliding(self, view, colliding: np.ndarray, candidates: int) -> np.ndarray:
+    def _top_colliding(self, view, stats, candidates: int) -> np.ndarray:
         """The ``candidates`` most frequent colliding keys (ties: smaller index). The order's
         most frequent keys are ranked once for all its columns; a column whose colliding keys are
         not all among them (a sparse column: few collide) ranks its own colliding keys."""
         if self._ranked[0] != view.order:
-            self._ranked = (view.order, top_indices(view.counts, np.arange(len(view.counts)), candidates))
+            self._ranked = (view.order, top_indices(view.counts, None, candidates))
+            self.result.ranked[view.order] = (self._ranked[1], view.counts[self._ranked[1]])
         ranked = self._ranked[1]
-        hit = ranked[colliding[ranked]]
+        hit = ranked[view.per_key_at(ranked) >= 2]
         if len(hit) >= candidates or len(ranked) == len(view.counts):
             return hit[:candidates]  # the global ranking restricted to colliding keys keeps its order
-        idx = np.flatnonzero(colliding)
+        idx = view.keys_in(stats.occupied[stats.n_ngrams >= 2])
         return idx[top_indices(view.counts[idx], idx, candidates)]
 
 
-def _column_examples(view, top: np.ndarray, n_examples: int, per_bucket: int) -> list[dict]:
+def _column_examples(view, top: np.ndarray, n_examples: int, per_bucket: int, frequent: bool = False) -> list[dict]:
     """The ``n_examples`` example buckets of a column among those of its ``top`` colliding keys:
-    ranked by their second largest count, then their positions, then the bucket; no sort of the
-    candidates' members (only the chosen buckets' few are sorted)."""
-    cand = np.unique(view.buckets[top])  # every candidate bucket holds >= 2 keys
-    sel = view.keys_in(cand)
-    group = np.searchsorted(cand, view.buckets[sel])
-    counts = view.counts[sel]
-    largest = np.zeros(len(cand), dtype=np.int64)
-    np.maximum.at(largest, group, counts)
-    at_max = np.flatnonzero(counts == largest[group])
-    _, first = np.unique(group[at_max], return_index=True)
-    rest = counts.copy()
-    rest[at_max[first]] = -1  # one largest per bucket left out: the next largest is the second
-    second = np.full(len(cand), -1, dtype=np.int64)
-    np.maximum.at(second, group, rest)
+    ranked by their second largest count, then their positions, then the bucket; only the chosen
+    buckets' n-grams are sorted (and unpacked). ``frequent``: ``top`` holds the column's most
+    frequent colliding keys, so the buckets' other keys count at most ``min(counts[top])``
+    (:func:`_candidate_seconds`)."""
+    cand, second = _candidate_seconds(view, top, n_examples, frequent)
     stats = view.stats()
     total = stats.hits[np.searchsorted(stats.occupied, cand)]
-    ranked = np.lexsort((cand, -total, -second))[:n_examples]
+    chosen = cand[np.lexsort((cand, -total, -second))[:n_examples]]
+    sel, sel_buckets = view.members_of(chosen)
     out = []
-    for rank, g in enumerate(ranked, 1):
-        members = sel[group == g]
+    for rank, b in enumerate(chosen, 1):
+        members = sel[sel_buckets == b]
         members = members[np.lexsort((members, -view.counts[members]))]  # count desc, then index
-        for j, i in enumerate(members[:per_bucket], 1):
+        shown = members[:per_bucket]
+        for j, (i, ids) in enumerate(zip(shown, view.ngrams_at(shown)), 1):
             out.append(
                 {
                     "layer": view.layer,
                     "order": view.order,
                     "head": view.head,
                     "example": rank,
-                    "row": int(view.buckets[i]) + view.offset,
-                    "bucket": int(view.buckets[i]),
+                    "row": int(b) + view.offset,
+                    "bucket": int(b),
                     "n_ngrams": len(members),
                     "ngram_rank": j,
-                    "ngram_ids": tuple(int(x) for x in view.ngrams[i]),
+                    "ngram_ids": tuple(int(x) for x in ids),
                     "count": int(view.counts[i]),
                 }
             )
     return out
+
+
+def _candidate_seconds(view, top: np.ndarray, n_examples: int, frequent: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``(candidate buckets int64 [C] sorted, second largest count of each int64 [C])``: the
+    buckets of the ``top`` keys. Where ``top`` holds the most frequent colliding keys (``frequent``)
+    a bucket holding two of them has the second of those as its second (its other keys count less
+    or the same), and a bucket holding one has a second of at most ``min(counts[top])``: those are
+    read (their keys walked) only when enough buckets of the first kind do not beat that bound."""
+    b_top, c_top = view.buckets_at(top), view.counts[top]
+    cand, group = np.unique(b_top, return_inverse=True)  # every candidate bucket holds >= 2 keys
+    if not frequent:
+        return cand, view.second_largest(cand)
+    by = np.lexsort((-c_top, group))  # by bucket, then count descending
+    starts = np.searchsorted(group[by], np.arange(len(cand)))
+    n_top = np.diff(np.append(starts, len(by)))
+    second = np.where(n_top >= 2, c_top[by][np.minimum(starts + 1, len(by) - 1)], -1)
+    alone = n_top < 2
+    if alone.any() and np.count_nonzero(second > c_top.min()) < n_examples:
+        second[alone] = view.second_largest(cand[alone])
+    return cand, second
 
 
 class CollisionStats(NgramAccumulator):
@@ -287,9 +297,8 @@ class CollisionStats(NgramAccumulator):
         recs = []
         shared = self._pass().shared
         for order in self.config.ngram_orders:
-            counts = self.counts.ngram_counts(order)
-            best = top_indices(counts, np.arange(len(counts)), top)
-            for rank, (i, row) in enumerate(zip(best, self.counts.ngrams_at(order, best)), 1):
+            best, counts = self._most_frequent(order, top)
+            for rank, (i, c, row) in enumerate(zip(best, counts, self.counts.ngrams_at(order, best)), 1):
                 ids = tuple(int(x) for x in row)
                 text = decoder.text(ids) if decoder else ""
                 for layer in self.layout.layer_ids:
@@ -299,12 +308,22 @@ class CollisionStats(NgramAccumulator):
                             "rank": rank,
                             "ngram": text,
                             "ngram_ids": " ".join(map(str, ids)),
-                            "count": int(counts[i]),
+                            "count": int(c),
                             "layer": layer,
                             "heads_shared": int(shared[(layer, order)][i]),
                         }
                     )
         return pd.DataFrame(recs, columns=["order", "rank", "ngram", "ngram_ids", "count", "layer", "heads_shared"])
+
+    def _most_frequent(self, order: int, top: int) -> tuple[np.ndarray, np.ndarray]:
+        """The ``top`` most frequent keys of ``order`` (ties: smaller index) and their counts: the
+        head of the pass's ranking for the examples where it is long enough, else ranked here."""
+        kept = self._pass().ranked.get(order)
+        if kept is not None and (len(kept[0]) >= top or len(kept[0]) == self.counts.n_distinct(order)):
+            return kept[0][:top], kept[1][:top]
+        counts = self.counts.ngram_counts(order)
+        best = top_indices(counts, None, top)
+        return best, counts[best]
 
     def to_frame(
         self, n_examples: int = 3, ngrams_per_bucket: int = 4, top: int = 50, tokenizer=None

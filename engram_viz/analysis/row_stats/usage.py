@@ -39,8 +39,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from engram_viz.analysis.corpus.bucket_passes import column_view, iter_columns, top_indices
+from engram_viz.analysis.corpus.bucket_passes import column_view, iter_columns
 from engram_viz.analysis.corpus.ngram_text import make_decoder
+from engram_viz.analysis.corpus.top_k import top_indices
 from engram_viz.analysis.row_stats.accumulator import NgramAccumulator
 from engram_viz.core.layout import EngramLayout
 from engram_viz.core.tokenizer import BOS_ID
@@ -75,31 +76,28 @@ class _UsageConsumer:
         self.params = (top, ngrams_per_row, specials)
         self.special_ids = np.asarray(special_ids, dtype=np.int64)
         self.result = _Pass(top, ngrams_per_row, [], {}, {layer: [] for layer in layout.layer_ids}, specials)
-        self._plain_of: tuple[np.ndarray | None, np.ndarray | None] = (None, None)  # (an order's n-grams, _plain)
+        # (an order's counts, its special-only n-grams): the same for every column of the order
+        self._only_of: tuple[np.ndarray | None, np.ndarray] = (None, np.empty(0, np.int64))
 
-    def _plain(self, view) -> np.ndarray | None:
-        """Bool ``[U]``: the view's n-grams holding a token other than BOS/EOS/pad (None: all count)."""
-        if self.result.specials or not len(view.ngrams):
-            return None
-        if self._plain_of[0] is not view.ngrams:  # the same n-grams for every column of an order: once
-            only = np.flatnonzero(np.isin(view.ngrams[:, 0], self.special_ids))  # few start with one
-            for j in range(1, view.ngrams.shape[1]):  # the next tokens of those only
-                only = only[np.isin(view.ngrams[only, j], self.special_ids)]
-            plain = np.ones(len(view.ngrams), dtype=bool)
-            plain[only] = False
-            self._plain_of = (view.ngrams, None if plain.all() else plain)
-        return self._plain_of[1]
+    def _only(self, view) -> np.ndarray:
+        """Sorted indices of the view's special-only n-grams (every id BOS/EOS/pad): those the hot
+        rows and the histogram leave out (none with ``specials``)."""
+        if self.result.specials or not len(view.counts):
+            return np.empty(0, np.int64)
+        if self._only_of[0] is not view.counts:  # once per order
+            self._only_of = (view.counts, view.made_of(self.special_ids))
+        return self._only_of[1]
 
     def __call__(self, view) -> None:
         buckets, distinct, hits = view.bucket_totals()
         self._column(view, buckets, hits)
-        plain = self._plain(view)
-        if plain is not None:  # the hot rows and the histogram without the special-only n-grams
-            distinct, hits = view.stats().totals_without(~plain, view.counts)  # no sort: few are left out
+        only = self._only(view)
+        if len(only):  # the hot rows and the histogram without the special-only n-grams
+            distinct, hits = view.stats().totals_without_keys(only, view.counts)  # no sort: few are left out
             keep = hits > 0
             buckets, distinct, hits = buckets[keep], distinct[keep], hits[keep]
         self._histogram(view, hits)
-        self._hot(view, buckets, distinct, hits, plain)
+        self._hot(view, buckets, distinct, hits, only)
 
     def _column(self, view, buckets: np.ndarray, hits: np.ndarray) -> None:
         self.result.columns.append(
@@ -110,7 +108,7 @@ class _UsageConsumer:
                 "column": view.column,
                 "prime": view.prime,
                 "offset": view.offset,
-                "distinct_ngrams": len(view.ngrams),
+                "distinct_ngrams": len(view.counts),
                 "hits": view.positions,
                 "rows_touched": len(buckets),
                 "coverage": len(buckets) / view.prime,
@@ -128,7 +126,7 @@ class _UsageConsumer:
             old[: len(h)] += h
             res.histogram[(view.layer, view.order)] = old
 
-    def _hot(self, view, buckets: np.ndarray, distinct: np.ndarray, hits: np.ndarray, plain) -> None:
+    def _hot(self, view, buckets: np.ndarray, distinct: np.ndarray, hits: np.ndarray, only: np.ndarray) -> None:
         res = self.result
         hot = res.hot[view.layer]
         if not res.top or not len(hits):
@@ -139,14 +137,20 @@ class _UsageConsumer:
         best = cand[top_indices(hits[cand], rows, res.top)]
         if not len(best):
             return
-        landed = view.keys_in(buckets[best])
-        landed = landed if plain is None else landed[plain[landed]]
-        landed = landed[np.lexsort((landed, -view.counts[landed]))]  # most frequent first
+        landed, landed_buckets = view.members_of(buckets[best])
+        if len(only):
+            kept = ~np.isin(landed, only)
+            landed, landed_buckets = landed[kept], landed_buckets[kept]
+        by = np.lexsort((landed, -view.counts[landed]))  # most frequent first
+        landed, landed_buckets = landed[by], landed_buckets[by]
         per_bucket: dict[int, list] = {}
-        for i in landed:
-            entry = per_bucket.setdefault(int(view.buckets[i]), [])
+        for i, b in zip(landed.tolist(), landed_buckets.tolist()):
+            entry = per_bucket.setdefault(b, [])
             if len(entry) < res.ngrams_per_row:
-                entry.append((int(view.counts[i]), tuple(int(x) for x in view.ngrams[i])))
+                entry.append((i, int(view.counts[i])))
+        shown = np.array([i for entry in per_bucket.values() for i, _ in entry], dtype=np.int64)
+        ids = dict(zip(shown.tolist(), (tuple(int(x) for x in row) for row in view.ngrams_at(shown))))
+        per_bucket = {b: [(c, ids[i]) for i, c in entry] for b, entry in per_bucket.items()}
         for i in best:
             b = int(buckets[i])
             hot.append(_HotRow(int(hits[i]), b + view.offset, view.column, b, int(distinct[i]), per_bucket[b]))
@@ -229,12 +233,16 @@ class RowUsage(NgramAccumulator):
     def hit_histogram(self, specials: bool = False) -> pd.DataFrame:
         """(layer, order, hits, rows): how many rows were hit exactly ``hits`` times (special-only
         n-grams left out unless ``specials``)."""
-        recs = [
-            {"layer": layer, "order": order, "hits": int(h), "rows": int(hist[h])}
-            for (layer, order), hist in sorted(self._pass(specials=specials).histogram.items())
-            for h in np.flatnonzero(hist)
-        ]
-        return pd.DataFrame(recs, columns=["layer", "order", "hits", "rows"])
+        cols: dict[str, list[np.ndarray]] = {"layer": [], "order": [], "hits": [], "rows": []}
+        for (layer, order), hist in sorted(self._pass(specials=specials).histogram.items()):
+            hits = np.flatnonzero(hist)
+            cols["layer"].append(np.full(len(hits), layer, np.int64))
+            cols["order"].append(np.full(len(hits), order, np.int64))
+            cols["hits"].append(hits.astype(np.int64))
+            cols["rows"].append(hist[hits].astype(np.int64))
+        if not sum(len(h) for h in cols["hits"]):
+            return pd.DataFrame([], columns=list(cols))
+        return pd.DataFrame({name: np.concatenate(parts) for name, parts in cols.items()})
 
     def rank_frequency(self, max_points: int = 256, specials: bool = False) -> pd.DataFrame:
         """(layer, rank, hits): the layer's row hits sorted descending, at up to ``max_points``
