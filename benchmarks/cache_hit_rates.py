@@ -14,11 +14,11 @@ measurement, not a test: the machine is shared.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import time
 from pathlib import Path
 
 import pandas as pd
+from machine import cpu_features
 
 from engram_viz.analysis.caches.cache_sizes import SHIPPED_SIZES, default_sizes, parse_size, row_bytes
 from engram_viz.analysis.caches.corpus_trace import trace_corpus, trace_texts
@@ -30,11 +30,6 @@ from engram_viz.config import load_config
 from engram_viz.core.layout import EngramLayout
 from engram_viz.viz.cache_plots import hit_rate_vs_size
 from engram_viz.viz.export import export_all
-
-
-def cpu_features() -> str:
-    flags = subprocess.run(["lscpu"], check=False, capture_output=True, text=True).stdout
-    return " ".join(f for f in ("avx512_bf16", "amx_bf16", "avx2") if f in flags)
 
 
 def main() -> None:

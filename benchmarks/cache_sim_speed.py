@@ -17,9 +17,10 @@ from __future__ import annotations
 import argparse
 import os
 import resource
-import subprocess
 import time
 from pathlib import Path
+
+from machine import cpu_features
 
 from engram_viz.analysis.caches.corpus_trace import trace_corpus
 from engram_viz.analysis.caches.future_access import write_future_trace
@@ -39,9 +40,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=16384)
     ap.add_argument("--out", default="benchmarks/results/cache_sim_speed.txt")
     args = ap.parse_args()
-    flags = subprocess.run(["lscpu"], check=False, capture_output=True, text=True).stdout
-    features = " ".join(f for f in ("avx512_bf16", "amx_bf16", "avx2") if f in flags)
-    lines = [f"CPU features: {features}; load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"]
+    lines = [f"CPU: {cpu_features()}; load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"]
 
     def say(text: str) -> None:
         lines.append(text)

@@ -29,6 +29,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from machine import cpu_features
+
 REPO = Path(__file__).resolve().parents[1]
 DRIVER = r"""
 import json, pickle, sys, time
@@ -79,8 +81,7 @@ def main() -> None:
     parser.add_argument("--raw", type=Path, default=Path("/tmp/30d/raw10m.npy"), help="raw-id counts (np.save)")
     parser.add_argument("--repeat", type=int, default=3, help="timed runs after the first (best is reported)")
     args = parser.parse_args()
-    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout.split()
-    print(f"CPU features: {sorted({'avx2', 'avx512_bf16', 'amx_bf16'} & set(lscpu))}; pinned to core 0")
+    print(f"CPU: {cpu_features()}; pinned to core 0")
     print(f"counts: {args.counts}")
     trees = {"after": REPO, "before": args.before}
     best, tables = {}, {}

@@ -25,6 +25,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from machine import cpu_features
+
 from engram_viz.analysis.corpus.default_corpus import default_corpus_files
 
 REPO = Path(__file__).resolve().parents[1]
@@ -104,8 +106,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=10_000_000, help="tokens of the mixed corpus")
     args = parser.parse_args()
     trees = {"after": REPO} | ({"before": args.before} if args.before else {})
-    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout.split()
-    print(f"CPU features: {sorted({'avx2', 'avx512_bf16', 'amx_bf16'} & set(lscpu))}; pinned to core 0")
+    print(f"CPU: {cpu_features()}; pinned to core 0")
     with tempfile.TemporaryDirectory() as tmp:
         one_line = Path(tmp) / "one_line.txt"
         one_line.write_text("In the beginning God created the heaven and the earth.\n")

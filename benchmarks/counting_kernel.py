@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from machine import cpu_features
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -116,13 +117,6 @@ def run_tree(tree: Path, cache: Path, out: Path, core: int) -> dict:
 def same_counts(a: Path, b: Path) -> bool:
     with np.load(a) as x, np.load(b) as y:
         return sorted(x.files) == sorted(y.files) and all(np.array_equal(x[k], y[k]) for k in x.files)
-
-
-def cpu_features() -> str:
-    flags = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
-    found = sorted({f for f in ("avx2", "avx512_bf16", "amx_bf16") if f in flags.split()})
-    model = next((ln.split(":", 1)[1].strip() for ln in flags.splitlines() if ln.startswith("Model name")), "?")
-    return f"{model}; {', '.join(found) or 'no avx2'}"
 
 
 def main() -> None:

@@ -7,6 +7,7 @@ rows + e8m0 scales, random valid bytes; ``LazyTable``), and GGUF files at Q8_0 (
 Q4_K (144 bytes a row: one super-block), written by gguf's writer from random bytes with finite
 fp16 scales (``GGUFTable``). Each rep gathers a new uniform-random prompt of ``--tokens`` x 24 ids
 from every table in turn, warm (the files were read once before, so they sit in the page cache):
+from machine import cpu_features
 ``table(ids)`` -> bf16 rows, i.e. read + dequantise (fp8: the reference lookup; GGUF: gguf's numpy
 dequantiser). Reps are interleaved; the figure is the median, and the ratio to the fp8 table.
 Machines here are shared: read ratios, not absolute times.
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from gguf import GGMLQuantizationType, GGUFWriter
+from machine import cpu_features
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -65,11 +66,6 @@ def write_fp8(path: Path, rows: int, rng: np.random.Generator) -> LazyTable:
         f.seek(table.scale.parts[0].start)
         f.write(s.tobytes())
     return table
-
-
-def cpu_features() -> str:
-    flags = subprocess.run(["lscpu"], check=False, capture_output=True, text=True).stdout
-    return ", ".join(f for f in ("avx512_bf16", "amx_bf16", "avx2") if f in flags) or "none of avx2/avx512_bf16/amx"
 
 
 def main() -> None:

@@ -16,11 +16,11 @@ against the reference's best, the conservative side); run pinned to one core::
 from __future__ import annotations
 
 import argparse
-import subprocess
 import time
 
 import numpy as np
 import torch
+from machine import cpu_features
 from reference_hash import ReferenceHash
 
 from engram_viz.analysis.corpus.row_id_kernel import compiled_rows
@@ -31,13 +31,6 @@ from engram_viz.core.layout import EngramLayout
 from engram_viz.core.tokenizer import EngramTokenizer
 
 ROUNDS = 3
-
-
-def cpu_features() -> str:
-    flags = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
-    found = sorted({f for f in ("avx2", "avx512_bf16", "amx_bf16") if f in flags.split()})
-    model = next((ln.split(":", 1)[1].strip() for ln in flags.splitlines() if ln.startswith("Model name")), "?")
-    return f"{model}; {', '.join(found) or 'no avx2'}"
 
 
 def main() -> None:

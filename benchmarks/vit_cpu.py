@@ -20,14 +20,13 @@ from __future__ import annotations
 import argparse
 import io
 import os
-import re
-import subprocess
 import sys
 import time
 import zlib
 from pathlib import Path
 
 import torch
+from machine import cpu_features
 from PIL import Image
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,14 +40,6 @@ from engram_viz.core.schema import vision_tensors
 from engram_viz.core.vision_config import V41_FLASH_VISION
 from engram_viz.run.pictures import load_picture
 from engram_viz.weights.vision_synthetic import ProceduralVision
-
-
-def cpu_features() -> str:
-    """The CPU's model name and which of avx2 / avx512_bf16 / amx_bf16 it has (lscpu)."""
-    text = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
-    model = re.search(r"Model name:\s*(.+)", text)
-    flags = sorted(set(re.findall(r"\b(avx2|avx512_bf16|amx_bf16)\b", text)))
-    return f"{model.group(1).strip() if model else 'unknown CPU'}; {', '.join(flags) or 'none of avx2/avx512_bf16/amx_bf16'}"
 
 
 def picture(width: int, height: int) -> bytes:
