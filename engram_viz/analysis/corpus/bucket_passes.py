@@ -6,8 +6,9 @@ installed and the group is dense (every prime at most ``DENSE_RATIO`` x its dist
 ``TALLY_MIN`` of them), one compiled pass over the packed keys (``group_tally``) tallies every head
 at once and keeps each bucket's keys as a list: the views read their occupancy from it, walk the
 lists for the keys of a few buckets, and unpack an n-gram or hash a key only where asked. Otherwise
-each column is hashed and tallied on its own (a counter per bucket where dense, one sort of
-(bucket, count) pairs where sparse) from the unpacked n-grams; the results are the same (tested).
+each column is hashed and tallied on its own from the unpacked n-grams: sorted by bucket by a compiled
+radix sort where its prime is far above cache (``bucket_sort``; V4.1), else a counter per bucket where
+dense, one sort of (bucket, count) pairs where sparse; the results are the same (tested).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from functools import cached_property
 import numpy as np
 
 from engram_viz._compiled import compiled_kernel, readonly
+from engram_viz.analysis.corpus.bucket_sort import sort_kernel, sort_tally, sorted_members
 from engram_viz.analysis.corpus.group_tally import (
     GroupTally,
     ListBuffer,
@@ -39,6 +41,9 @@ from engram_viz.errors import InputError
 DENSE_RATIO = 8
 TALLY_MIN = 1 << 18  # n-grams from which a dense column is tallied by a compiled loop (numba)
 GROUP_TABLE_MAX = 1 << 26  # bytes of per-bucket tables (12 a bucket, every head) the group tally may hold
+# a column of TALLY_MIN n-grams or more whose prime is above SORT_PRIME_MIN (far more buckets than fit
+# in cache: V4.1) is sorted by bucket by a compiled radix sort (bucket_sort) where numba is installed
+SORT_PRIME_MIN = 1 << 20
 _COUNT_BITS = 38  # a sorted pair is bucket << 38 | count: buckets below 2**25, counts below 2**38
 
 
@@ -47,7 +52,7 @@ class ColumnStats:
     at least one n-gram), ``n_ngrams`` and ``hits`` int64 ``[R]`` (distinct n-grams and summed
     positions per occupied bucket), ``per_key`` int64 ``[U]`` (distinct n-grams in each n-gram's
     own bucket, itself included). ``per_key``, ``order`` and ``starts`` (the n-grams grouped by
-    bucket) are computed when first read where the column's tally did not need them."""
+    bucket) are computed when first read where the column's tally did not give them."""
 
     def __init__(
         self,
@@ -57,10 +62,11 @@ class ColumnStats:
         per_key: np.ndarray | None = None,
         buckets: np.ndarray | None = None,
         view: ColumnView | None = None,
+        order: np.ndarray | None = None,
     ):
-        """``per_key`` and ``buckets`` given, or read from ``view`` when first asked for."""
+        """``per_key``, ``buckets`` and ``order`` given, or computed (read from ``view``) when first asked for."""
         self.occupied, self.n_ngrams, self.hits = occupied, n_ngrams, hits
-        self._per_key, self._buckets, self._view = per_key, buckets, view
+        self._per_key, self._buckets, self._view, self._order = per_key, buckets, view, order
 
     @property
     def buckets(self) -> np.ndarray:
@@ -76,11 +82,21 @@ class ColumnStats:
     def _buckets_at(self, index: np.ndarray) -> np.ndarray:
         return self._buckets[index] if self._buckets is not None else self._view.buckets_at(index)
 
-    @cached_property
+    @property
     def order(self) -> np.ndarray:
         """int64 ``[U]``: ``order[starts[r] : starts[r] + n_ngrams[r]]`` are the n-grams (ascending)
-        of bucket ``occupied[r]`` (one stable sort)."""
-        return np.argsort(self.buckets, kind="stable")
+        of bucket ``occupied[r]`` (one stable sort, where the tally did not sort them)."""
+        if self._order is None:
+            self._order = np.argsort(self.buckets, kind="stable")
+        return self._order
+
+    @property
+    def sorted(self) -> bool:  # whether ``order`` is at hand (the column was tallied by sorting it: bucket_sort)
+        return self._order is not None
+
+    def members(self, asked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``bucket_sort.sorted_members`` of the distinct sorted buckets ``asked`` (slices of ``order``)."""
+        return sorted_members(self.occupied, self.n_ngrams, self.starts, self.order, asked)
 
     @cached_property
     def starts(self) -> np.ndarray:
@@ -162,8 +178,14 @@ def _packable(buckets: np.ndarray, counts: np.ndarray, prime: int) -> bool:
 
 
 def column_stats(buckets: np.ndarray, counts: np.ndarray, prime: int) -> ColumnStats:
-    """The occupancy of one column from its buckets (int64 ``[U]``) and counts: dense (a counter per
-    bucket) where ``prime <= DENSE_RATIO x U``, else sorted (or ``np.unique`` past the packing)."""
+    """The occupancy of one column from its buckets (int64 ``[U]``) and counts: sorted by the
+    compiled radix sort where it applies (``bucket_sort``), else dense (a counter per bucket) where
+    ``prime <= DENSE_RATIO x U``, else sorted (or ``np.unique`` past the packing)."""
+    u = len(buckets)
+    kernel = sort_kernel() if TALLY_MIN <= u < 1 << 32 and SORT_PRIME_MIN < prime <= 1 << 31 else None
+    if kernel is not None:
+        order, occupied, n_ngrams, hits, per_key = sort_tally(kernel, buckets, counts, prime)
+        return ColumnStats(occupied, n_ngrams, hits, per_key, buckets, order=order)
     if prime <= DENSE_RATIO * max(len(buckets), 1):
         return _dense_stats(buckets, counts, prime)
     if _packable(buckets, counts, prime):
@@ -264,12 +286,15 @@ class ColumnView:
     def members_of(self, buckets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The n-grams landing in any of ``buckets``, unordered: ``(indices int64 [M], bucket of
         each int64 [M])``. From the group's bucket lists where tallied (only those n-grams are
-        read), else one scan of the column's buckets through a table of the buckets asked for."""
+        read) or slices of the column's sorted order (``bucket_sort``), else one scan of the
+        column's buckets through a table of the buckets asked for."""
         q = np.asarray(buckets, dtype=np.int64).ravel()
         q = q[(q >= 0) & (q < self.prime)]
         tally = self._tally()
         if tally is not None:
             return tally.members(self.head, np.unique(q))
+        if self._stats is not None and self._stats.sorted:  # asked buckets often come sorted: no np.unique then
+            return self._stats.members(q if np.all(q[1:] > q[:-1]) else np.unique(q))
         if not len(q) or not len(self.buckets):
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
         asked = np.zeros(self.prime, dtype=bool)  # one byte per bucket: 16 MB on V4.1's largest column
@@ -279,8 +304,12 @@ class ColumnView:
 
     def keys_in(self, buckets: np.ndarray) -> np.ndarray:
         """Indices (into ``ngrams``, ascending) of the n-grams landing in any of ``buckets``."""
-        idx = self.members_of(buckets)[0]
-        return np.sort(idx) if self._tally() is not None else idx
+        idx = self.members_of(buckets)[0]  # unordered from the lists or the sorted runs
+        if 16 * len(idx) < len(self.counts):
+            return np.sort(idx)
+        many = np.zeros(len(self.counts), dtype=bool)
+        many[idx] = True
+        return np.flatnonzero(many)
 
     def second_largest(self, buckets: np.ndarray) -> np.ndarray:
         """int64 ``[Q]``: per bucket of ``buckets`` (distinct, in range), the second largest count
