@@ -21,7 +21,7 @@ from functools import cached_property
 import numpy as np
 
 from engram_viz._compiled import compiled_kernel, readonly
-from engram_viz.analysis.corpus.bucket_sort import sort_kernel, sort_tally, sorted_members
+from engram_viz.analysis.corpus.bucket_sort import SortScratch, sort_kernel, sort_tally, sorted_members
 from engram_viz.analysis.corpus.group_tally import (
     GroupTally,
     ListBuffer,
@@ -93,10 +93,6 @@ class ColumnStats:
     @property
     def sorted(self) -> bool:  # whether ``order`` is at hand (the column was tallied by sorting it: bucket_sort)
         return self._order is not None
-
-    def members(self, asked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``bucket_sort.sorted_members`` of the distinct sorted buckets ``asked`` (slices of ``order``)."""
-        return sorted_members(self.occupied, self.n_ngrams, self.starts, self.order, asked)
 
     @cached_property
     def starts(self) -> np.ndarray:
@@ -177,14 +173,16 @@ def _packable(buckets: np.ndarray, counts: np.ndarray, prime: int) -> bool:
     return prime <= 1 << (63 - _COUNT_BITS) and (not len(counts) or int(counts.max()) < 1 << _COUNT_BITS)
 
 
-def column_stats(buckets: np.ndarray, counts: np.ndarray, prime: int) -> ColumnStats:
-    """The occupancy of one column from its buckets (int64 ``[U]``) and counts: sorted by the
-    compiled radix sort where it applies (``bucket_sort``), else dense (a counter per bucket) where
-    ``prime <= DENSE_RATIO x U``, else sorted (or ``np.unique`` past the packing)."""
+def column_stats(
+    buckets: np.ndarray, counts: np.ndarray, prime: int, scratch: SortScratch | None = None
+) -> ColumnStats:
+    """The occupancy of one column from its buckets (int64 ``[U]``) and counts: sorted by the compiled
+    radix sort where it applies (``bucket_sort``, in ``scratch``'s buffers), else dense (a counter per
+    bucket) where ``prime <= DENSE_RATIO x U``, else sorted (or ``np.unique`` past the packing)."""
     u = len(buckets)
     kernel = sort_kernel() if TALLY_MIN <= u < 1 << 32 and SORT_PRIME_MIN < prime <= 1 << 31 else None
     if kernel is not None:
-        order, occupied, n_ngrams, hits, per_key = sort_tally(kernel, buckets, counts, prime)
+        order, occupied, n_ngrams, hits, per_key = sort_tally(kernel, buckets, counts, prime, scratch)
         return ColumnStats(occupied, n_ngrams, hits, per_key, buckets, order=order)
     if prime <= DENSE_RATIO * max(len(buckets), 1):
         return _dense_stats(buckets, counts, prime)
@@ -250,7 +248,7 @@ class ColumnView:
                 occupied = np.flatnonzero(n_per)
                 self._stats = ColumnStats(occupied, n_per[occupied], tally.hits(self.head, occupied), view=self)
             else:
-                self._stats = column_stats(self.buckets, self.counts, self.prime)
+                self._stats = column_stats(self.buckets, self.counts, self.prime, self.group and self.group.scratch)
                 if self.group is not None:
                     self.group.add_colliding(self.head, self._stats.per_key)
         return self._stats
@@ -293,8 +291,11 @@ class ColumnView:
         tally = self._tally()
         if tally is not None:
             return tally.members(self.head, np.unique(q))
-        if self._stats is not None and self._stats.sorted:  # asked buckets often come sorted: no np.unique then
-            return self._stats.members(q if np.all(q[1:] > q[:-1]) else np.unique(q))
+        s = self._stats
+        if s is not None and s.sorted:  # slices of the order; asked buckets often come sorted: no np.unique then
+            return sorted_members(
+                s.occupied, s.n_ngrams, s.starts, s.order, q if np.all(q[1:] > q[:-1]) else np.unique(q)
+            )
         if not len(q) or not len(self.buckets):
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
         asked = np.zeros(self.prime, dtype=bool)  # one byte per bucket: 16 MB on V4.1's largest column
@@ -369,11 +370,12 @@ class ColumnGroup:
         layer_index: int,
         kernel: Callable | None = None,
         lists: ListBuffer | None = None,
+        scratch: SortScratch | None = None,
     ):
         self.layout, self.keys, self.layer_index, self.order = layout, keys, layer_index, keys.order
         self.columns = [layout.column(keys.order, head) for head in range(layout.n_heads)]
         self.primes = [int(layout.column_primes[layer_index, c]) for c in self.columns]
-        self.kernel = kernel
+        self.kernel, self.scratch = kernel, scratch if scratch is not None else SortScratch()  # the columns' sorts
         self._lists = lists if lists is not None or kernel is None else ListBuffer(len(keys), layout.n_heads)
         self._tally: tuple[GroupTally, int] | None = None  # with the lease of its lists
         self._hashes: np.ndarray | None = None
@@ -476,10 +478,11 @@ def iter_columns(layout: EngramLayout, counts: NgramCounts) -> Iterator[ColumnVi
     # costs nothing: with runs spilled to disk it would cost a merge, and the buffer grows instead)
     orders = layout.config.ngram_orders
     lists = ListBuffer(max(counts.n_distinct(n) for n in orders) if not counts.n_spills else 0, layout.n_heads)
+    scratch = SortScratch()  # the sorts' buffers, lent to each column in turn
     for n in orders:
         keys = OrderKeys(counts, n)
         for li in range(len(layout.layer_ids)):
-            group = ColumnGroup(layout, keys, li, _group_kernel(layout, keys, li), lists)
+            group = ColumnGroup(layout, keys, li, _group_kernel(layout, keys, li), lists, scratch)
             for head in range(layout.n_heads):
                 yield group.view(head)
 
