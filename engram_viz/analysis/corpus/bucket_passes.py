@@ -41,9 +41,7 @@ from engram_viz.errors import InputError
 DENSE_RATIO = 8
 TALLY_MIN = 1 << 18  # n-grams from which a dense column is tallied by a compiled loop (numba)
 GROUP_TABLE_MAX = 1 << 26  # bytes of per-bucket tables (12 a bucket, every head) the group tally may hold
-# a column of TALLY_MIN n-grams or more whose prime is above SORT_PRIME_MIN (far more buckets than fit
-# in cache: V4.1) is sorted by bucket by a compiled radix sort (bucket_sort) where numba is installed
-SORT_PRIME_MIN = 1 << 20
+SORT_PRIME_MIN = 1 << 20  # from TALLY_MIN n-grams, a column of more buckets (V4.1) is sorted: bucket_sort
 _COUNT_BITS = 38  # a sorted pair is bucket << 38 | count: buckets below 2**25, counts below 2**38
 
 
@@ -474,11 +472,11 @@ def run_column_pass(layout: EngramLayout, counts: NgramCounts, consumers: list) 
 def iter_columns(layout: EngramLayout, counts: NgramCounts) -> Iterator[ColumnView]:
     """Every column, one at a time, in (order, layer, head) order: the heads of an (order, layer)
     share one :class:`ColumnGroup` (one compiled tally, or one unpacking and hashing of the keys)."""
-    # one buffer for the bucket lists, sized for the largest order up front (where reading the sizes
-    # costs nothing: with runs spilled to disk it would cost a merge, and the buffer grows instead)
+    # one buffer for the bucket lists and one for the sorts, sized for the largest order up front (where reading
+    # the sizes costs nothing: with runs spilled to disk it would cost a merge, and the buffers grow instead)
     orders = layout.config.ngram_orders
-    lists = ListBuffer(max(counts.n_distinct(n) for n in orders) if not counts.n_spills else 0, layout.n_heads)
-    scratch = SortScratch()  # the sorts' buffers, lent to each column in turn
+    largest = max(counts.n_distinct(n) for n in orders) if not counts.n_spills else 0
+    lists, scratch = ListBuffer(largest, layout.n_heads), SortScratch(largest)
     for n in orders:
         keys = OrderKeys(counts, n)
         for li in range(len(layout.layer_ids)):

@@ -88,12 +88,13 @@ class SortScratch:
     """The radix sort's two int64 buffers, lent to one column at a time: a pass over the columns
     sorts in the same pages instead of fresh ones (``fresh_rows``: populated once, up front)."""
 
-    def __init__(self) -> None:
-        self._buffer: np.ndarray | None = None
+    def __init__(self, rows: int = 0) -> None:
+        """``rows``: the size to take on first use (e.g. the largest order's n-grams), or the first asked."""
+        self.rows, self._buffer = rows, None
 
     def take(self, rows: int) -> tuple[np.ndarray, np.ndarray]:
         if self._buffer is None or self._buffer.shape[1] < rows:
-            self._buffer = fresh_rows((2, rows), np.int64)
+            self._buffer = fresh_rows((2, max(rows, self.rows)), np.int64)
         return self._buffer[0, :rows], self._buffer[1, :rows]
 
 
