@@ -68,10 +68,12 @@ def _sort_tally(buckets, counts, bits, ibits, a, t, order, per_key, occupied, n_
             occupied[r], n_ngrams[r], hits[r], prev = b, 0, 0, b
         n_ngrams[r] += 1
         hits[r] += c if c < cmax else counts[i]
+    per_key[:] = 1  # in order; then only the keys of shared buckets (few in a sparse column) at random
     j = 0
     for k in range(r + 1):
-        for m in range(j, j + n_ngrams[k]):
-            per_key[order[m]] = n_ngrams[k]
+        if n_ngrams[k] > 1:
+            for m in range(j, j + n_ngrams[k]):
+                per_key[order[m]] = n_ngrams[k]
         j += n_ngrams[k]
     return r + 1
 
