@@ -96,7 +96,7 @@ class SortScratch:
 
     def take(self, rows: int) -> tuple[np.ndarray, np.ndarray]:
         if self._buffer is None or self._buffer.shape[1] < rows:
-            self._buffer = fresh_rows((2, max(rows, self.rows)), np.int64)
+            self._buffer = fresh_rows((2, max(rows, self.rows)), np.dtype(np.int64))
         return self._buffer[0, :rows], self._buffer[1, :rows]
 
 
