@@ -93,6 +93,7 @@ def run(tree: Path, files: list[str], out: Path, tokens: int | None, config: str
         "writing": marks["end"] - marks["write_in"],
         "total": marks["end"],
         "peak_rss_mb": summary.get("peak_rss_mb", float("nan")),
+        "analysis_s": summary.get("analysis_s", float("nan")),  # the job's own figure: wall time
     }
 
 

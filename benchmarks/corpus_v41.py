@@ -3,9 +3,10 @@
 The analysis under V4.1's layout: 48 columns with primes near 16,000,000, most n-grams alone in
 their bucket (``analysis/corpus/bucket_sort.py``). Each run is a fresh process pinned to one core
 (``--core``), its CPU time split as ``corpus_job.py`` splits it (start-up, counting, analysis,
-writing), with the job's peak RSS (summary.json) and a byte-for-byte comparison of every CSV table
-against the first tree's. Trees: this checkout, and ``--tree NAME=PATH`` package trees (e.g.
-``git archive <commit> engram_viz data | tar -x -C PATH``)::
+writing), with the job's own analysis wall time and peak RSS (summary.json's ``analysis_s`` and
+``peak_rss_mb``) and a byte-for-byte comparison of every CSV table against the first tree's.
+Trees: this checkout, and ``--tree NAME=PATH`` package trees (e.g. ``git archive <commit>
+engram_viz data | tar -x -C PATH``)::
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/corpus_v41.py --tree base=/tmp/base --tree main=/tmp/main
 """
@@ -34,7 +35,7 @@ def main() -> None:
     print(f"corpus {args.file} cut at {args.tokens:,} tokens, --config {args.config}; process CPU seconds")
     print(
         f"{'tree':<8}{'tokens':>12}{'start-up':>10}{'counting':>10}{'analysis':>10}{'writing':>9}{'total':>8}"
-        f"{'peak RSS MB':>13}  tables as this tree's"
+        f"{'(wall)':>8}{'peak RSS MB':>13}  tables as this tree's"
     )
     with tempfile.TemporaryDirectory() as tmp:
         first = None
@@ -45,7 +46,7 @@ def main() -> None:
             first = first or out
             print(
                 f"{name:<8}{r['tokens']:>12,}{r['startup']:>10.2f}{r['counting']:>10.2f}{r['analysis']:>10.2f}"
-                f"{r['writing']:>9.2f}{r['total']:>8.2f}{r['peak_rss_mb']:>13,.0f}  {same}"
+                f"{r['writing']:>9.2f}{r['total']:>8.2f}{r['analysis_s']:>8.2f}{r['peak_rss_mb']:>13,.0f}  {same}"
             )
 
 
