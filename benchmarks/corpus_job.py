@@ -71,12 +71,13 @@ def mixed_corpus(path: Path) -> Path:
     return path
 
 
-def run(tree: Path, files: list[str], out: Path, tokens: int | None) -> dict:
+def run(tree: Path, files: list[str], out: Path, tokens: int | None, config: str | None = None, core: int = 0) -> dict:
     argv = ["corpus", *files, "--out", str(out), "--quiet" if tree == REPO else "--no-progress"]
     argv += ["--max-tokens", str(tokens)] if tokens else []
+    argv += ["--config", config] if config else []
     env = {**os.environ, "PYTHONPATH": str(tree)}
     proc = subprocess.run(
-        ["taskset", "-c", "0", sys.executable, "-c", DRIVER, *argv],
+        ["taskset", "-c", str(core), sys.executable, "-c", DRIVER, *argv],
         env=env,
         capture_output=True,
         text=True,
@@ -93,6 +94,8 @@ def run(tree: Path, files: list[str], out: Path, tokens: int | None) -> dict:
         "analysis": marks["write_in"] - marks["count_out"],
         "writing": marks["end"] - marks["write_in"],
         "total": marks["end"],
+        "peak_rss_mb": summary.get("peak_rss_mb", float("nan")),
+        "analysis_s": summary.get("analysis_s", float("nan")),  # the job's own figure: wall time
     }
 
 

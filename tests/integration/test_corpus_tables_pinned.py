@@ -2,8 +2,9 @@
 tables the code before its rewrite wrote (``tests/fixtures/corpus_tables``, from
 ``make_fixtures.py``): the default corpus under the default weights' config, and random ids under
 the ``tiny`` preset (every bucket shared) and ``v41-flash`` (most n-grams alone in their bucket);
-the dense cases also with every group through the compiled group tally (``group_tally``), which
-their small corpora otherwise stay below."""
+every case also with the compiled tallies forced, which their small corpora otherwise stay below:
+the dense groups through the group tally (``group_tally``), V4.1's sparse columns through the radix
+sort by bucket (``bucket_sort``)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,10 @@ from engram_viz.analysis.corpus import bucket_passes
 
 pytestmark = pytest.mark.integration
 
-FORCED = [case for case in CASES if case != "random-v41-flash"]  # v41's sparse groups take the sorted path
 
-
-@pytest.mark.parametrize(("case", "group_tally"), [(case, False) for case in CASES] + [(case, True) for case in FORCED])
-def test_tables_are_byte_identical_to_the_pinned_ones(case, group_tally, tmp_path, monkeypatch):
-    if group_tally:
+@pytest.mark.parametrize(("case", "compiled"), [(case, False) for case in CASES] + [(case, True) for case in CASES])
+def test_tables_are_byte_identical_to_the_pinned_ones(case, compiled, tmp_path, monkeypatch):
+    if compiled:
         pytest.importorskip("numba")
         monkeypatch.setattr(bucket_passes, "TALLY_MIN", 0)
     written = {p.name: p.read_bytes() for p in write_case(case, tmp_path / "out")}

@@ -1,6 +1,6 @@
 """``ColumnView.stats()`` in both regimes (a dense column tallied per bucket, by bincounts or the
-compiled tally, a sparse one by one
-sort of (bucket, count) pairs) against ``np.unique``; the grouping by bucket (``order``, ``starts``)
+compiled tally, a sparse one by one sort of (bucket, count) pairs; V4.1's large primes by the
+compiled radix sort where numba is installed) against ``np.unique``; the grouping by bucket (``order``, ``starts``)
 asked for on demand; totals with some n-grams left out against a masked sum per bucket."""
 
 from __future__ import annotations

@@ -6,8 +6,9 @@ installed and the group is dense (every prime at most ``DENSE_RATIO`` x its dist
 ``TALLY_MIN`` of them), one compiled pass over the packed keys (``group_tally``) tallies every head
 at once and keeps each bucket's keys as a list: the views read their occupancy from it, walk the
 lists for the keys of a few buckets, and unpack an n-gram or hash a key only where asked. Otherwise
-each column is hashed and tallied on its own (a counter per bucket where dense, one sort of
-(bucket, count) pairs where sparse) from the unpacked n-grams; the results are the same (tested).
+each column is hashed and tallied on its own from the unpacked n-grams: sorted by bucket by a compiled
+radix sort where its prime is far above cache (``bucket_sort``; V4.1), else a counter per bucket where
+dense, one sort of (bucket, count) pairs where sparse; the results are the same (tested).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from functools import cached_property
 import numpy as np
 
 from engram_viz._compiled import compiled_kernel, readonly
+from engram_viz.analysis.corpus.bucket_sort import SortScratch, sort_kernel, sort_tally, sorted_members
 from engram_viz.analysis.corpus.group_tally import (
     GroupTally,
     ListBuffer,
@@ -39,6 +41,7 @@ from engram_viz.errors import InputError
 DENSE_RATIO = 8
 TALLY_MIN = 1 << 18  # n-grams from which a dense column is tallied by a compiled loop (numba)
 GROUP_TABLE_MAX = 1 << 26  # bytes of per-bucket tables (12 a bucket, every head) the group tally may hold
+SORT_PRIME_MIN = 1 << 20  # from TALLY_MIN n-grams, a column of more buckets (V4.1) is sorted: bucket_sort
 _COUNT_BITS = 38  # a sorted pair is bucket << 38 | count: buckets below 2**25, counts below 2**38
 
 
@@ -47,7 +50,7 @@ class ColumnStats:
     at least one n-gram), ``n_ngrams`` and ``hits`` int64 ``[R]`` (distinct n-grams and summed
     positions per occupied bucket), ``per_key`` int64 ``[U]`` (distinct n-grams in each n-gram's
     own bucket, itself included). ``per_key``, ``order`` and ``starts`` (the n-grams grouped by
-    bucket) are computed when first read where the column's tally did not need them."""
+    bucket) are computed when first read where the column's tally did not give them."""
 
     def __init__(
         self,
@@ -57,10 +60,11 @@ class ColumnStats:
         per_key: np.ndarray | None = None,
         buckets: np.ndarray | None = None,
         view: ColumnView | None = None,
+        order: np.ndarray | None = None,
     ):
-        """``per_key`` and ``buckets`` given, or read from ``view`` when first asked for."""
+        """``per_key``, ``buckets`` and ``order`` given, or computed (read from ``view``) when first asked for."""
         self.occupied, self.n_ngrams, self.hits = occupied, n_ngrams, hits
-        self._per_key, self._buckets, self._view = per_key, buckets, view
+        self._per_key, self._buckets, self._view, self._order = per_key, buckets, view, order
 
     @property
     def buckets(self) -> np.ndarray:
@@ -76,11 +80,17 @@ class ColumnStats:
     def _buckets_at(self, index: np.ndarray) -> np.ndarray:
         return self._buckets[index] if self._buckets is not None else self._view.buckets_at(index)
 
-    @cached_property
+    @property
     def order(self) -> np.ndarray:
         """int64 ``[U]``: ``order[starts[r] : starts[r] + n_ngrams[r]]`` are the n-grams (ascending)
-        of bucket ``occupied[r]`` (one stable sort)."""
-        return np.argsort(self.buckets, kind="stable")
+        of bucket ``occupied[r]`` (one stable sort, where the tally did not sort them)."""
+        if self._order is None:
+            self._order = np.argsort(self.buckets, kind="stable")
+        return self._order
+
+    @property
+    def sorted(self) -> bool:  # whether ``order`` is at hand (the column was tallied by sorting it: bucket_sort)
+        return self._order is not None
 
     @cached_property
     def starts(self) -> np.ndarray:
@@ -161,9 +171,17 @@ def _packable(buckets: np.ndarray, counts: np.ndarray, prime: int) -> bool:
     return prime <= 1 << (63 - _COUNT_BITS) and (not len(counts) or int(counts.max()) < 1 << _COUNT_BITS)
 
 
-def column_stats(buckets: np.ndarray, counts: np.ndarray, prime: int) -> ColumnStats:
-    """The occupancy of one column from its buckets (int64 ``[U]``) and counts: dense (a counter per
+def column_stats(
+    buckets: np.ndarray, counts: np.ndarray, prime: int, scratch: SortScratch | None = None
+) -> ColumnStats:
+    """The occupancy of one column from its buckets (int64 ``[U]``) and counts: sorted by the compiled
+    radix sort where it applies (``bucket_sort``, in ``scratch``'s buffers), else dense (a counter per
     bucket) where ``prime <= DENSE_RATIO x U``, else sorted (or ``np.unique`` past the packing)."""
+    u = len(buckets)
+    kernel = sort_kernel() if TALLY_MIN <= u < 1 << 32 and SORT_PRIME_MIN < prime <= 1 << 31 else None
+    if kernel is not None:
+        order, occupied, n_ngrams, hits, per_key = sort_tally(kernel, buckets, counts, prime, scratch)
+        return ColumnStats(occupied, n_ngrams, hits, per_key, buckets, order=order)
     if prime <= DENSE_RATIO * max(len(buckets), 1):
         return _dense_stats(buckets, counts, prime)
     if _packable(buckets, counts, prime):
@@ -228,7 +246,7 @@ class ColumnView:
                 occupied = np.flatnonzero(n_per)
                 self._stats = ColumnStats(occupied, n_per[occupied], tally.hits(self.head, occupied), view=self)
             else:
-                self._stats = column_stats(self.buckets, self.counts, self.prime)
+                self._stats = column_stats(self.buckets, self.counts, self.prime, self.group and self.group.scratch)
                 if self.group is not None:
                     self.group.add_colliding(self.head, self._stats.per_key)
         return self._stats
@@ -264,12 +282,18 @@ class ColumnView:
     def members_of(self, buckets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The n-grams landing in any of ``buckets``, unordered: ``(indices int64 [M], bucket of
         each int64 [M])``. From the group's bucket lists where tallied (only those n-grams are
-        read), else one scan of the column's buckets through a table of the buckets asked for."""
+        read) or slices of the column's sorted order (``bucket_sort``), else one scan of the
+        column's buckets through a table of the buckets asked for."""
         q = np.asarray(buckets, dtype=np.int64).ravel()
         q = q[(q >= 0) & (q < self.prime)]
         tally = self._tally()
         if tally is not None:
             return tally.members(self.head, np.unique(q))
+        s = self._stats
+        if s is not None and s.sorted:  # slices of the order; asked buckets often come sorted: no np.unique then
+            return sorted_members(
+                s.occupied, s.n_ngrams, s.starts, s.order, q if np.all(q[1:] > q[:-1]) else np.unique(q)
+            )
         if not len(q) or not len(self.buckets):
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
         asked = np.zeros(self.prime, dtype=bool)  # one byte per bucket: 16 MB on V4.1's largest column
@@ -279,8 +303,12 @@ class ColumnView:
 
     def keys_in(self, buckets: np.ndarray) -> np.ndarray:
         """Indices (into ``ngrams``, ascending) of the n-grams landing in any of ``buckets``."""
-        idx = self.members_of(buckets)[0]
-        return np.sort(idx) if self._tally() is not None else idx
+        idx = self.members_of(buckets)[0]  # unordered from the lists or the sorted runs
+        if 16 * len(idx) < len(self.counts):
+            return np.sort(idx)
+        many = np.zeros(len(self.counts), dtype=bool)
+        many[idx] = True
+        return np.flatnonzero(many)
 
     def second_largest(self, buckets: np.ndarray) -> np.ndarray:
         """int64 ``[Q]``: per bucket of ``buckets`` (distinct, in range), the second largest count
@@ -340,11 +368,12 @@ class ColumnGroup:
         layer_index: int,
         kernel: Callable | None = None,
         lists: ListBuffer | None = None,
+        scratch: SortScratch | None = None,
     ):
         self.layout, self.keys, self.layer_index, self.order = layout, keys, layer_index, keys.order
         self.columns = [layout.column(keys.order, head) for head in range(layout.n_heads)]
         self.primes = [int(layout.column_primes[layer_index, c]) for c in self.columns]
-        self.kernel = kernel
+        self.kernel, self.scratch = kernel, scratch if scratch is not None else SortScratch()  # the columns' sorts
         self._lists = lists if lists is not None or kernel is None else ListBuffer(len(keys), layout.n_heads)
         self._tally: tuple[GroupTally, int] | None = None  # with the lease of its lists
         self._hashes: np.ndarray | None = None
@@ -443,14 +472,15 @@ def run_column_pass(layout: EngramLayout, counts: NgramCounts, consumers: list) 
 def iter_columns(layout: EngramLayout, counts: NgramCounts) -> Iterator[ColumnView]:
     """Every column, one at a time, in (order, layer, head) order: the heads of an (order, layer)
     share one :class:`ColumnGroup` (one compiled tally, or one unpacking and hashing of the keys)."""
-    # one buffer for the bucket lists, sized for the largest order up front (where reading the sizes
-    # costs nothing: with runs spilled to disk it would cost a merge, and the buffer grows instead)
+    # one buffer for the bucket lists and one for the sorts, sized for the largest order up front (where reading
+    # the sizes costs nothing: with runs spilled to disk it would cost a merge, and the buffers grow instead)
     orders = layout.config.ngram_orders
-    lists = ListBuffer(max(counts.n_distinct(n) for n in orders) if not counts.n_spills else 0, layout.n_heads)
+    largest = max(counts.n_distinct(n) for n in orders) if not counts.n_spills else 0
+    lists, scratch = ListBuffer(largest, layout.n_heads), SortScratch(largest)
     for n in orders:
         keys = OrderKeys(counts, n)
         for li in range(len(layout.layer_ids)):
-            group = ColumnGroup(layout, keys, li, _group_kernel(layout, keys, li), lists)
+            group = ColumnGroup(layout, keys, li, _group_kernel(layout, keys, li), lists, scratch)
             for head in range(layout.n_heads):
                 yield group.view(head)
 

@@ -162,7 +162,8 @@ class _CollisionConsumer:
         hit = ranked[view.per_key_at(ranked) >= 2]
         if len(hit) >= candidates or len(ranked) == len(view.counts):
             return hit[:candidates]  # the global ranking restricted to colliding keys keeps its order
-        idx = view.keys_in(stats.occupied[stats.n_ngrams >= 2])
+        # ascending; a sorted column (bucket_sort) has every key's bucket size at hand: no search by bucket
+        idx = np.flatnonzero(stats.per_key >= 2) if stats.sorted else view.keys_in(stats.occupied[stats.n_ngrams >= 2])
         return idx[top_indices(view.counts[idx], idx, candidates)]
 
 

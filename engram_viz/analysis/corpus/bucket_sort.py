@@ -1,0 +1,130 @@
+"""A sparse column's n-grams sorted by bucket in one compiled pass: every occupancy figure from the runs.
+
+Under V4.1-Flash a column has ~16 M buckets and at most a few million distinct n-grams, so a
+counter per bucket (``bucket_passes``' dense tally) is two 128 MB arrays page-faulted in and hit
+at random for each of the 48 columns. Instead the kernel sorts the n-grams by bucket with a stable
+least-significant-digit radix sort of one int64 per n-gram, its bucket, index and count packed
+(``bucket << low | index << cbits | count``, a count too large for its field read from the counts):
+the bucket's bits in 2 to 4 digits of at most 9 bits (V4.1: 24 bits, 3 digits of 8), every digit's
+histogram counted in one read of the buckets, then one scatter per digit through a few KB of
+offsets (in cache), the first one packing. Stable, so within a bucket the indices stay ascending:
+the sorted indices are ``ColumnStats.order`` as ``np.argsort(buckets, kind="stable")`` gives it.
+One pass over the runs of equal buckets then yields the occupied buckets, their n-grams and
+summed positions, and each n-gram's bucket size (``per_key``), with no gather at random but
+``per_key``'s. Memory: the outputs, a few int64 arrays of U entries, and the sort's two buffers
+(``SortScratch``, reused across columns); nothing per bucket.
+Without numba :func:`sort_kernel` returns None and ``bucket_passes`` takes its numpy path (the
+tables are the same: tested).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+
+import numpy as np
+
+from engram_viz._compiled import compiled_kernel, readonly
+from engram_viz.analysis.corpus.row_ids import fresh_rows
+
+
+def _sort_tally(buckets, counts, bits, ibits, a, t, order, per_key, occupied, n_ngrams, hits):  # pragma: no cover
+    """Fill ``order`` and ``per_key`` [U], ``occupied``, ``n_ngrams`` and ``hits`` [R] from buckets
+    below ``2**bits`` and indices below ``2**ibits``; return R. Packed entry: ``bucket << low |
+    index << cbits | min(count, cmax)``, a count field at ``cmax`` read from ``counts`` instead (few:
+    V4.1 leaves 17 bits). ``a`` and ``t`` [U]: the sort's buffers. Compiled by numba (sort_kernel)."""
+    u = buckets.shape[0]
+    passes = max((bits + 8) // 9, 1)  # digits of at most 9 bits: 512 offsets, in L1
+    width = (bits + passes - 1) // passes
+    mask = (np.int64(1) << width) - 1
+    cbits = 63 - bits - ibits
+    low, cmax, imask = ibits + cbits, (np.int64(1) << cbits) - 1, (np.int64(1) << ibits) - 1
+    offsets = np.zeros((passes, np.int64(1) << width), np.int64)
+    for i in range(u):  # every digit's histogram in one read
+        for p in range(passes):
+            offsets[p, (buckets[i] >> (p * width)) & mask] += 1
+    for p in range(passes):  # exclusive prefix sums: where each digit's entries start
+        total = 0
+        for d in range(offsets.shape[1]):
+            total, offsets[p, d] = total + offsets[p, d], total
+    for i in range(u):  # the lowest digit's scatter packs the entries
+        d = buckets[i] & mask
+        a[offsets[0, d]] = (buckets[i] << low) | (np.int64(i) << cbits) | min(counts[i], cmax)
+        offsets[0, d] += 1
+    for p in range(1, passes):
+        shift = low + p * width
+        for i in range(u):
+            d = (a[i] >> shift) & mask
+            t[offsets[p, d]] = a[i]
+            offsets[p, d] += 1
+        a, t = t, a
+    r, prev = -1, np.int64(-1)
+    for j in range(u):  # the runs of equal buckets, in order
+        b, i, c = a[j] >> low, (a[j] >> cbits) & imask, a[j] & cmax
+        order[j] = i
+        if b != prev:
+            r += 1
+            occupied[r], n_ngrams[r], hits[r], prev = b, 0, 0, b
+        n_ngrams[r] += 1
+        hits[r] += c if c < cmax else counts[i]
+    per_key[:] = 1  # in order; then only the keys of shared buckets (few in a sparse column) at random
+    j = 0
+    for k in range(r + 1):
+        if n_ngrams[k] > 1:
+            for m in range(j, j + n_ngrams[k]):
+                per_key[order[m]] = n_ngrams[k]
+        j += n_ngrams[k]
+    return r + 1
+
+
+@functools.lru_cache(maxsize=1)
+def sort_kernel() -> Callable | None:
+    """The compiled :func:`_sort_tally`, or None without numba."""
+    source = "import numpy as np\n\n\n" + inspect.getsource(_sort_tally)
+    signature = f"int64({readonly('int64')}, {readonly('int64')}, int64, int64{', int64[::1]' * 7})"
+    return compiled_kernel(source, "bucket_sort", "_sort_tally", signature, nogil=True, boundscheck=False)
+
+
+class SortScratch:
+    """The radix sort's two int64 buffers, lent to one column at a time: a pass over the columns
+    sorts in the same pages instead of fresh ones (``fresh_rows``: populated once, up front)."""
+
+    def __init__(self, rows: int = 0) -> None:
+        """``rows``: the size to take on first use (e.g. the largest order's n-grams), or the first asked."""
+        self.rows, self._buffer = rows, None
+
+    def take(self, rows: int) -> tuple[np.ndarray, np.ndarray]:
+        if self._buffer is None or self._buffer.shape[1] < rows:
+            self._buffer = fresh_rows((2, max(rows, self.rows)), np.dtype(np.int64))
+        return self._buffer[0, :rows], self._buffer[1, :rows]
+
+
+def sort_tally(
+    kernel: Callable, buckets: np.ndarray, counts: np.ndarray, prime: int, scratch: SortScratch | None = None
+) -> tuple[np.ndarray, ...]:
+    """``(order int64 [U], occupied int64 [R], n_ngrams int64 [R], hits int64 [R], per_key int64
+    [U])`` of a column's ``buckets`` (int64 ``[U]`` in ``[0, prime)``, ``prime <= 2**31``, ``U <=
+    2**32``) and ``counts`` by the compiled ``kernel`` (:func:`sort_kernel`); ``scratch`` lends the
+    sort's buffers (a fresh one without)."""
+    u = len(buckets)
+    bits, ibits = max(int(prime - 1).bit_length(), 1), max(u - 1, 0).bit_length()
+    a, t = (scratch or SortScratch()).take(u)
+    order, per_key, occupied, n_ngrams, hits = np.empty((5, u), np.int64)  # numpy's pages: cheaper here than populated
+    b, c = np.ascontiguousarray(buckets, np.int64), np.ascontiguousarray(counts, np.int64)
+    r = kernel(b, c, bits, ibits, a, t, order, per_key, occupied, n_ngrams, hits)
+    return order, occupied[:r], n_ngrams[:r], hits[:r], per_key
+
+
+def sorted_members(
+    occupied: np.ndarray, n_ngrams: np.ndarray, starts: np.ndarray, order: np.ndarray, asked: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(indices int64 [M], bucket of each int64 [M])`` of the n-grams in the distinct sorted
+    buckets ``asked``, bucket by bucket, from a column's occupancy (``occupied``, ``n_ngrams``)
+    and its n-grams grouped by bucket (``order``, ``starts``): only those n-grams are read."""
+    at = np.minimum(np.searchsorted(occupied, asked), max(len(occupied) - 1, 0))
+    at = at[occupied[at] == asked] if len(occupied) else at[:0]
+    n = n_ngrams[at]
+    ends = np.cumsum(n)
+    pos = np.arange(int(ends[-1]) if len(ends) else 0) + np.repeat(starts[at] - (ends - n), n)
+    return order[pos], np.repeat(occupied[at], n)
