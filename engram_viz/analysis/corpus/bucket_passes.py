@@ -99,15 +99,18 @@ class ColumnStats:
     def totals_without(self, left_out: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(n_ngrams, hits)`` int64 ``[R]`` per occupied bucket with the n-grams ``left_out``
         (bool ``[U]``, few: e.g. special-only n-grams) not counted; ``counts`` the view's."""
-        return self.totals_without_keys(np.flatnonzero(left_out), counts)
-
-    def totals_without_keys(self, keys: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`totals_without` for the indices ``keys`` (int64, distinct): no sort, only they are looked up."""
-        at = np.searchsorted(self.occupied, self._buckets_at(keys))
+        at, n, h = self.changed_without(np.flatnonzero(left_out), counts)
         n_ngrams, hits = self.n_ngrams.copy(), self.hits.copy()
-        np.subtract.at(n_ngrams, at, 1)
-        np.subtract.at(hits, at, counts[keys])
+        n_ngrams[at], hits[at] = n, h
         return n_ngrams, hits
+
+    def changed_without(self, keys: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Where leaving out the n-grams ``keys`` (int64, distinct, few) changes :meth:`totals_without`:
+        ``(at int64 [A] ascending, n_ngrams [A], hits [A])``, ``at`` indexing ``occupied`` (no copy of [R])."""
+        at, inverse = np.unique(np.searchsorted(self.occupied, self._buckets_at(keys)), return_inverse=True)
+        hits = self.hits[at].copy()
+        np.subtract.at(hits, inverse, counts[keys])
+        return at, self.n_ngrams[at] - np.bincount(inverse, minlength=len(at)), hits
 
 
 def _tally(buckets, counts, prime):  # pragma: no cover - compiled by numba (_dense_kernel)
@@ -483,16 +486,3 @@ def iter_columns(layout: EngramLayout, counts: NgramCounts) -> Iterator[ColumnVi
             group = ColumnGroup(layout, keys, li, _group_kernel(layout, keys, li), lists, scratch)
             for head in range(layout.n_heads):
                 yield group.view(head)
-
-
-def bucket_lookup(buckets: np.ndarray, prime: int, query: np.ndarray) -> np.ndarray:
-    """How many of ``buckets`` (int64 [U], one per distinct n-gram) equal each ``query`` bucket:
-    int64 ``[Q]`` (sort + search; ``prime`` is only checked against)."""
-    query = np.asarray(query, dtype=np.int64)
-    if len(query) and (query.min() < 0 or query.max() >= prime):
-        raise InputError(f"query buckets must lie in 0..{prime - 1}")
-    b, n = np.unique(buckets, return_counts=True)
-    if not len(b):
-        return np.zeros(len(query), dtype=np.int64)
-    at = np.minimum(np.searchsorted(b, query), len(b) - 1)
-    return np.where(b[at] == query, n[at], 0)

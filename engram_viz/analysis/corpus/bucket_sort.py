@@ -27,6 +27,7 @@ import numpy as np
 
 from engram_viz._compiled import compiled_kernel, readonly
 from engram_viz.analysis.corpus.row_ids import fresh_rows
+from engram_viz.errors import InputError
 
 
 def _sort_tally(buckets, counts, bits, ibits, a, t, order, per_key, occupied, n_ngrams, hits):  # pragma: no cover
@@ -128,3 +129,16 @@ def sorted_members(
     ends = np.cumsum(n)
     pos = np.arange(int(ends[-1]) if len(ends) else 0) + np.repeat(starts[at] - (ends - n), n)
     return order[pos], np.repeat(occupied[at], n)
+
+
+def bucket_lookup(buckets: np.ndarray, prime: int, query: np.ndarray) -> np.ndarray:
+    """How many of ``buckets`` (int64 [U], one per distinct n-gram) equal each ``query`` bucket:
+    int64 ``[Q]`` (sort + search; ``prime`` is only checked against)."""
+    query = np.asarray(query, dtype=np.int64)
+    if len(query) and (query.min() < 0 or query.max() >= prime):
+        raise InputError(f"query buckets must lie in 0..{prime - 1}")
+    b, n = np.unique(buckets, return_counts=True)
+    if not len(b):
+        return np.zeros(len(query), dtype=np.int64)
+    at = np.minimum(np.searchsorted(b, query), len(b) - 1)
+    return np.where(b[at] == query, n[at], 0)

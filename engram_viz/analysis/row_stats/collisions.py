@@ -48,7 +48,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from engram_viz.analysis.corpus.bucket_passes import bucket_lookup, run_column_pass
+from engram_viz.analysis.corpus.bucket_passes import run_column_pass
+from engram_viz.analysis.corpus.bucket_sort import bucket_lookup
 from engram_viz.analysis.corpus.ngram_text import make_decoder
 from engram_viz.analysis.corpus.row_ids import ngram_hashes
 from engram_viz.analysis.corpus.top_k import top_indices
