@@ -46,8 +46,11 @@ def test_sort_tally_matches_a_stable_argsort_and_unique(kernel, prime, u):
     buckets[: u // 4] = buckets[u // 2 : u // 2 + u // 4]  # shared buckets, their keys far apart
     counts = np.where(rng.random(u) < 0.1, rng.integers(1, 1 << 40, u), rng.integers(1, 5, u))
     got = sort_tally(kernel, buckets, counts, prime)
-    for name, a, b in zip(("order", "occupied", "n_ngrams", "hits", "per_key"), got, _reference(buckets, counts)):
+    want = _reference(buckets, counts)
+    for name, a, b in zip(("order", "occupied", "n_ngrams", "hits", "per_key"), got, want):
         assert a.dtype == np.int64 and np.array_equal(a, b), name
+    _, _, n, hits, per_key = want  # the shared buckets, their n-grams and positions: from the reference's runs
+    assert got[5] == (np.count_nonzero(n >= 2), np.count_nonzero(per_key >= 2), int(hits[n >= 2].sum()))
 
 
 def test_sort_tally_takes_read_only_inputs(kernel):

@@ -61,10 +61,18 @@ class ColumnStats:
         buckets: np.ndarray | None = None,
         view: ColumnView | None = None,
         order: np.ndarray | None = None,
+        shared: tuple[int, int, int] | None = None,
     ):
-        """``per_key``, ``buckets`` and ``order`` given, or computed (read from ``view``) when first asked for."""
-        self.occupied, self.n_ngrams, self.hits = occupied, n_ngrams, hits
+        """``per_key``, ``buckets``, ``order`` and ``shared`` given, or computed (read from ``view``) when first asked for."""
+        self.occupied, self.n_ngrams, self.hits, self._shared = occupied, n_ngrams, hits, shared
         self._per_key, self._buckets, self._view, self._order = per_key, buckets, view, order
+
+    def shared_totals(self) -> tuple[int, int, int]:
+        """``(buckets holding >= 2 n-grams, their n-grams, their positions)`` (the sort's read-off counts them)."""
+        if self._shared is None:
+            on = self.n_ngrams >= 2
+            self._shared = (int(np.count_nonzero(on)), int(self.n_ngrams[on].sum()), int(self.hits[on].sum()))
+        return self._shared
 
     @property
     def buckets(self) -> np.ndarray:
@@ -183,8 +191,8 @@ def column_stats(
     u = len(buckets)
     kernel = sort_kernel() if TALLY_MIN <= u < 1 << 32 and SORT_PRIME_MIN < prime <= 1 << 31 else None
     if kernel is not None:
-        order, occupied, n_ngrams, hits, per_key = sort_tally(kernel, buckets, counts, prime, scratch)
-        return ColumnStats(occupied, n_ngrams, hits, per_key, buckets, order=order)
+        order, occupied, n_ngrams, hits, per_key, shared = sort_tally(kernel, buckets, counts, prime, scratch)
+        return ColumnStats(occupied, n_ngrams, hits, per_key, buckets, order=order, shared=shared)
     if prime <= DENSE_RATIO * max(len(buckets), 1):
         return _dense_stats(buckets, counts, prime)
     if _packable(buckets, counts, prime):
@@ -264,7 +272,7 @@ class ColumnView:
         """``(occupied buckets, buckets holding >= 2 distinct n-grams, distinct n-grams in each
         n-gram's bucket int64 [U])``."""
         s = self.stats()
-        return len(s.occupied), int(np.count_nonzero(s.n_ngrams >= 2)), s.per_key
+        return len(s.occupied), s.shared_totals()[0], s.per_key
 
     def ngrams_at(self, index: np.ndarray) -> np.ndarray:
         """``ngrams[index]`` (int64 ``[Q, order]``), unpacking only those rows where not yet unpacked."""

@@ -30,11 +30,14 @@ from engram_viz.analysis.corpus.row_ids import fresh_rows
 from engram_viz.errors import InputError
 
 
-def _sort_tally(buckets, counts, bits, ibits, a, t, order, per_key, occupied, n_ngrams, hits):  # pragma: no cover
-    """Fill ``order`` and ``per_key`` [U], ``occupied``, ``n_ngrams`` and ``hits`` [R] from buckets
+def _sort_tally(
+    buckets, counts, bits, ibits, a, t, order, per_key, occupied, n_ngrams, hits, shared
+):  # pragma: no cover
+    """Fill ``order`` and ``per_key`` [U], ``occupied``, ``n_ngrams`` and ``hits`` [R], ``shared`` [3] from buckets
     below ``2**bits`` and indices below ``2**ibits``; return R. Packed entry: ``bucket << low |
     index << cbits | min(count, cmax)``, a count field at ``cmax`` read from ``counts`` instead (few:
-    V4.1 leaves 17 bits). ``a`` and ``t`` [U]: the sort's buffers. Compiled by numba (sort_kernel)."""
+    V4.1 leaves 17 bits). ``a`` and ``t`` [U]: the sort's buffers. ``shared``: the buckets holding >= 2
+    n-grams, their n-grams and their positions. Compiled by numba (sort_kernel)."""
     u = buckets.shape[0]
     passes = max((bits + 8) // 9, 1)  # digits of at most 9 bits: 512 offsets, in L1
     width = (bits + passes - 1) // passes
@@ -70,9 +73,10 @@ def _sort_tally(buckets, counts, bits, ibits, a, t, order, per_key, occupied, n_
         n_ngrams[r] += 1
         hits[r] += c if c < cmax else counts[i]
     per_key[:] = 1  # in order; then only the keys of shared buckets (few in a sparse column) at random
-    j = 0
+    j, shared[:] = 0, 0
     for k in range(r + 1):
         if n_ngrams[k] > 1:
+            shared[0], shared[1], shared[2] = shared[0] + 1, shared[1] + n_ngrams[k], shared[2] + hits[k]
             for m in range(j, j + n_ngrams[k]):
                 per_key[order[m]] = n_ngrams[k]
         j += n_ngrams[k]
@@ -83,7 +87,7 @@ def _sort_tally(buckets, counts, bits, ibits, a, t, order, per_key, occupied, n_
 def sort_kernel() -> Callable | None:
     """The compiled :func:`_sort_tally`, or None without numba."""
     source = "import numpy as np\n\n\n" + inspect.getsource(_sort_tally)
-    signature = f"int64({readonly('int64')}, {readonly('int64')}, int64, int64{', int64[::1]' * 7})"
+    signature = f"int64({readonly('int64')}, {readonly('int64')}, int64, int64{', int64[::1]' * 8})"
     return compiled_kernel(source, "bucket_sort", "_sort_tally", signature, nogil=True, boundscheck=False)
 
 
@@ -105,7 +109,7 @@ def sort_tally(
     kernel: Callable, buckets: np.ndarray, counts: np.ndarray, prime: int, scratch: SortScratch | None = None
 ) -> tuple[np.ndarray, ...]:
     """``(order int64 [U], occupied int64 [R], n_ngrams int64 [R], hits int64 [R], per_key int64
-    [U])`` of a column's ``buckets`` (int64 ``[U]`` in ``[0, prime)``, ``prime <= 2**31``, ``U <=
+    [U], shared (buckets holding >= 2 n-grams, their n-grams, their positions))`` of a column's ``buckets`` (int64 ``[U]`` in ``[0, prime)``, ``prime <= 2**31``, ``U <=
     2**32``) and ``counts`` by the compiled ``kernel`` (:func:`sort_kernel`); ``scratch`` lends the
     sort's buffers (a fresh one without)."""
     u = len(buckets)
@@ -113,8 +117,9 @@ def sort_tally(
     a, t = (scratch or SortScratch()).take(u)
     order, per_key, occupied, n_ngrams, hits = np.empty((5, u), np.int64)  # numpy's pages: cheaper here than populated
     b, c = np.ascontiguousarray(buckets, np.int64), np.ascontiguousarray(counts, np.int64)
-    r = kernel(b, c, bits, ibits, a, t, order, per_key, occupied, n_ngrams, hits)
-    return order, occupied[:r], n_ngrams[:r], hits[:r], per_key
+    shared = np.zeros(3, np.int64)
+    r = kernel(b, c, bits, ibits, a, t, order, per_key, occupied, n_ngrams, hits, shared)
+    return order, occupied[:r], n_ngrams[:r], hits[:r], per_key, tuple(int(x) for x in shared)
 
 
 def sorted_members(

@@ -107,9 +107,8 @@ class _CollisionConsumer:
     def __call__(self, view) -> None:
         res, heads = self.result, self.layout.n_heads
         k, m = len(view.counts), view.prime
-        stats = view.stats()  # the colliding n-grams and positions summed over the shared buckets (fewer than n-grams)
-        shared_buckets = stats.n_ngrams >= 2
-        n_colliding = int(stats.n_ngrams[shared_buckets].sum())
+        stats = view.stats()
+        n_shared, n_colliding, colliding_positions = stats.shared_totals()
         exp = expected_uniform(k, m)
         res.columns.append(
             {
@@ -120,10 +119,10 @@ class _CollisionConsumer:
                 "prime": m,
                 "distinct_ngrams": k,
                 "occupied": len(stats.occupied),
-                "shared_buckets": int(np.count_nonzero(shared_buckets)),
+                "shared_buckets": n_shared,
                 "colliding_ngrams": n_colliding,
                 "positions": view.positions,
-                "colliding_positions": int(stats.hits[shared_buckets].sum()),
+                "colliding_positions": colliding_positions,
                 "expected_occupied": float(exp["occupied"]),
                 "expected_shared_buckets": float(exp["shared_buckets"]),
                 "expected_colliding_ngrams": float(exp["colliding_ngrams"]),
