@@ -153,10 +153,13 @@ class _CollisionConsumer:
 
     def _top_colliding(self, view, stats, candidates: int) -> np.ndarray:
         """The ``candidates`` most frequent colliding keys (ties: smaller index). The order's
-        most frequent keys are ranked once for all its columns; a column whose colliding keys are
-        not all among them (a sparse column: few collide) ranks its own colliding keys."""
+        most frequent keys are ranked once for all its columns (twice as many as the first column's
+        share of colliding keys needs, up to 64 x ``candidates``); a column with fewer colliding
+        keys among them ranks its own colliding keys."""
         if self._ranked[0] != view.order:
-            self._ranked = (view.order, top_indices(view.counts, None, candidates))
+            u, colliding = len(view.counts), max(stats.shared_totals()[1], 1)
+            want = max(candidates, min(2 * candidates * u // colliding, 64 * candidates))
+            self._ranked = (view.order, top_indices(view.counts, None, want))
             self.result.ranked[view.order] = (self._ranked[1], view.counts[self._ranked[1]])
         ranked = self._ranked[1]
         hit = ranked[view.per_key_at(ranked) >= 2]
