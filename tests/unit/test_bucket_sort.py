@@ -13,7 +13,7 @@ import pytest
 
 from engram_viz.analysis.corpus import bucket_passes
 from engram_viz.analysis.corpus.bucket_passes import iter_columns
-from engram_viz.analysis.corpus.bucket_sort import sort_kernel, sort_tally, sorted_members
+from engram_viz.analysis.corpus.bucket_sort import sort_kernel, sort_tally, sorted_members, value_tally
 from engram_viz.analysis.corpus.ngram_counts import NgramCounts
 from engram_viz.analysis.row_stats.collisions import CollisionStats, analyse_together
 from engram_viz.analysis.row_stats.usage import RowUsage
@@ -58,6 +58,16 @@ def test_sort_tally_takes_read_only_inputs(kernel):
     buckets.setflags(write=False)
     counts.setflags(write=False)
     assert np.array_equal(sort_tally(kernel, buckets, counts, 7)[0], np.argsort(buckets, kind="stable"))
+
+
+@pytest.mark.parametrize("u", [0, 1, 5000])
+def test_value_tally_matches_a_count_per_value(u):
+    rng = np.random.default_rng(u)
+    values, counts = rng.integers(0, 9, u).astype(np.int8), rng.integers(1, 1 << 40, u)
+    keys, positions = value_tally(values, counts, 10)
+    assert keys.dtype == positions.dtype == np.int64
+    assert keys.tolist() == [int(np.count_nonzero(values == v)) for v in range(10)]
+    assert positions.tolist() == [sum(int(c) for c, x in zip(counts, values) if x == v) for v in range(10)]
 
 
 def test_sorted_members_match_a_scan():

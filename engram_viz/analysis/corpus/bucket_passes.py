@@ -21,7 +21,7 @@ from functools import cached_property
 import numpy as np
 
 from engram_viz._compiled import compiled_kernel, readonly
-from engram_viz.analysis.corpus.bucket_sort import SortScratch, sort_kernel, sort_tally, sorted_members
+from engram_viz.analysis.corpus.bucket_sort import SortScratch, sort_kernel, sort_tally, sorted_members, value_tally
 from engram_viz.analysis.corpus.group_tally import (
     GroupTally,
     ListBuffer,
@@ -447,9 +447,7 @@ class ColumnGroup:
             return tally.heads_shared, tally.shared_keys, tally.shared_positions
         for head in sorted(set(range(heads)) - self._added):
             self.view(head).stats()  # sums the head in
-        shared = self._shared
-        n_pos = np.bincount(shared, weights=self.keys.counts, minlength=heads + 1)  # float64: exact below 2**53
-        return shared, np.bincount(shared, minlength=heads + 1), np.rint(n_pos).astype(np.int64)
+        return (self._shared, *value_tally(self._shared, self.keys.counts, heads + 1))
 
 
 def _group_kernel(layout: EngramLayout, keys: OrderKeys, layer_index: int) -> Callable | None:

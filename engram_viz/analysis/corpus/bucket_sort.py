@@ -92,6 +92,32 @@ def sort_kernel() -> Callable | None:
     return compiled_kernel(source, "bucket_sort", "_sort_tally", signature, nogil=True, boundscheck=False)
 
 
+def _value_tally(values, counts, n_keys, n_pos):  # pragma: no cover - compiled by numba (value_tally)
+    for i in range(values.shape[0]):
+        n_keys[values[i]] += 1
+        n_pos[values[i]] += counts[i]
+
+
+@functools.lru_cache(maxsize=1)
+def _value_kernel() -> Callable | None:
+    source = "import numpy as np\n\n\n" + inspect.getsource(_value_tally)
+    signature = f"void({readonly('int8')}, {readonly('int64')}, int64[::1], int64[::1])"
+    return compiled_kernel(source, "value_tally", "_value_tally", signature, nogil=True, boundscheck=False)
+
+
+def value_tally(values: np.ndarray, counts: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(keys int64 [n], positions int64 [n])``: how many entries of ``values`` (int8 ``[U]`` in
+    ``[0, n)``) have each value, and their summed ``counts``: one compiled read (numba), else two
+    bincounts (the weighted one through float64, exact below 2**53)."""
+    kernel = _value_kernel()
+    if kernel is None:
+        n_pos = np.bincount(values, weights=counts, minlength=n)
+        return np.bincount(values, minlength=n), np.rint(n_pos).astype(np.int64)
+    n_keys, n_pos = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    kernel(np.ascontiguousarray(values, np.int8), np.ascontiguousarray(counts, np.int64), n_keys, n_pos)
+    return n_keys, n_pos
+
+
 class SortScratch:
     """The radix sort's two int64 buffers, lent to one column at a time: a pass over the columns
     sorts in the same pages instead of fresh ones (``fresh_rows``: populated once, up front)."""
