@@ -53,6 +53,19 @@ def test_sort_tally_matches_a_stable_argsort_and_unique(kernel, prime, u):
     assert got[5] == (np.count_nonzero(n >= 2), np.count_nonzero(per_key >= 2), int(hits[n >= 2].sum()))
 
 
+@pytest.mark.parametrize("prime", [16_000_057, 2_000_003, (1 << 31) - 1, 4099, 4093, 97, 1])
+def test_sort_tally_reduces_hashes_as_python_does(kernel, prime):
+    rng = np.random.default_rng(prime)
+    top = (1 << 63) - 1  # the edges k * prime + (-1, 0, 1) up to 2**63 - 1, and random hashes
+    edges = [k * prime + d for k in (1, 2, 3, top // prime - 1, top // prime) for d in (-1, 0, 1)]
+    hashes = np.concatenate([[e for e in edges if 0 <= e <= top], rng.integers(0, top, 3000, dtype=np.int64)])
+    counts = rng.integers(1, 9, len(hashes))
+    buckets = np.array([int(h) % prime for h in hashes], dtype=np.int64)
+    got, want = sort_tally(kernel, hashes, counts, prime), _reference(buckets, counts)
+    for name, a, b in zip(("order", "occupied", "n_ngrams", "hits", "per_key"), got, want):
+        assert np.array_equal(a, b), name
+
+
 def test_sort_tally_takes_read_only_inputs(kernel):
     buckets, counts = np.arange(20, dtype=np.int64)[::-1] % 7, np.ones(20, np.int64)
     buckets.setflags(write=False)

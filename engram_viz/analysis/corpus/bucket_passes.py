@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import weakref
 from collections.abc import Callable, Iterator
 from functools import cached_property
 
@@ -183,16 +184,19 @@ def _packable(buckets: np.ndarray, counts: np.ndarray, prime: int) -> bool:
 
 
 def column_stats(
-    buckets: np.ndarray, counts: np.ndarray, prime: int, scratch: SortScratch | None = None
+    buckets: np.ndarray | None, counts: np.ndarray, prime: int, scratch: SortScratch | None = None, view=None
 ) -> ColumnStats:
-    """The occupancy of one column from its buckets (int64 ``[U]``) and counts: sorted by the compiled
-    radix sort where it applies (``bucket_sort``, in ``scratch``'s buffers), else dense (a counter per
+    """The occupancy of one column from its buckets (int64 ``[U]``; None: ``view``'s, a ColumnView
+    over a ColumnGroup) and counts: sorted by the compiled radix sort where it applies (``bucket_sort``,
+    in ``scratch``'s buffers; it reduces the group's hashes itself), else dense (a counter per
     bucket) where ``prime <= DENSE_RATIO x U``, else sorted (or ``np.unique`` past the packing)."""
-    u = len(buckets)
+    u = len(counts)
     kernel = sort_kernel() if TALLY_MIN <= u < 1 << 32 and SORT_PRIME_MIN < prime <= 1 << 31 else None
     if kernel is not None:
-        order, occupied, n_ngrams, hits, per_key, shared = sort_tally(kernel, buckets, counts, prime, scratch)
-        return ColumnStats(occupied, n_ngrams, hits, per_key, buckets, order=order, shared=shared)
+        hashes = buckets if buckets is not None else view.group.hashes()
+        order, occupied, n_ngrams, hits, per_key, shared = sort_tally(kernel, hashes, counts, prime, scratch)
+        return ColumnStats(occupied, n_ngrams, hits, per_key, buckets, view, order, shared)
+    buckets = buckets if buckets is not None else view.buckets
     if prime <= DENSE_RATIO * max(len(buckets), 1):
         return _dense_stats(buckets, counts, prime)
     if _packable(buckets, counts, prime):
@@ -256,8 +260,9 @@ class ColumnView:
                 n_per = tally.n_ngrams(self.head, slice(0, self.prime))
                 occupied = np.flatnonzero(n_per)
                 self._stats = ColumnStats(occupied, n_per[occupied], tally.hits(self.head, occupied), view=self)
-            else:
-                self._stats = column_stats(self.buckets, self.counts, self.prime, self.group and self.group.scratch)
+            else:  # the stats may read the view's buckets through a weak reference (the view keeps the stats)
+                scratch = self.group and self.group.scratch
+                self._stats = column_stats(self._buckets, self.counts, self.prime, scratch, weakref.proxy(self))
                 if self.group is not None:
                     self.group.add_colliding(self.head, self._stats.per_key)
         return self._stats

@@ -10,9 +10,12 @@ histogram counted in its own read of the buckets, then one scatter per digit thr
 offsets (in cache), the first one packing. Stable, so within a bucket the indices stay ascending:
 the sorted indices are ``ColumnStats.order`` as ``np.argsort(buckets, kind="stable")`` gives it.
 One pass over the runs of equal buckets then yields the occupied buckets, their n-grams and
-summed positions, and each n-gram's bucket size (``per_key``), with no gather at random but
+summed positions, each n-gram's bucket size (``per_key``) and the shared buckets' totals, with no gather at random but
 ``per_key``'s. Memory: the outputs, a few int64 arrays of U entries, and the sort's two buffers
 (``SortScratch``, reused across columns); nothing per bucket.
+The kernel takes the column's pre-modulo hashes and reduces them itself (``hash % prime`` by a float
+reciprocal, corrected by one step: exact from primes above ``2**12``) into the sort's second buffer,
+so no column writes a fresh [U] array of buckets; a bucket asked for later is hashed on its own.
 Without numba :func:`sort_kernel` returns None and ``bucket_passes`` takes its numpy path (the
 tables are the same: tested).
 """
@@ -31,20 +34,26 @@ from engram_viz.errors import InputError
 
 
 def _sort_tally(
-    buckets, counts, bits, ibits, a, t, order, per_key, occupied, n_ngrams, hits, shared
+    hashes, counts, prime, bits, ibits, a, t, order, per_key, occupied, n_ngrams, hits, shared
 ):  # pragma: no cover
-    """Fill ``order`` and ``per_key`` [U], ``occupied``, ``n_ngrams`` and ``hits`` [R], ``shared`` [3] from buckets
-    below ``2**bits`` and indices below ``2**ibits``; return R. Packed entry: ``bucket << low |
+    """Fill ``order`` and ``per_key`` [U], ``occupied``, ``n_ngrams`` and ``hits`` [R], ``shared`` [3] from the
+    buckets ``hashes % prime`` (``hashes`` in ``[0, 2**63)``, ``prime`` in ``(2**12, 2**bits]``, or ``hashes``
+    below ``prime``), indices below ``2**ibits``; return R. Packed entry: ``bucket << low |
     index << cbits | min(count, cmax)``, a count field at ``cmax`` read from ``counts`` instead (few:
     V4.1 leaves 17 bits). ``a`` and ``t`` [U]: the sort's buffers. ``shared``: the buckets holding >= 2
     n-grams, their n-grams and their positions. Compiled by numba (sort_kernel)."""
-    u = buckets.shape[0]
+    u = hashes.shape[0]
     passes = max((bits + 8) // 9, 1)  # digits of at most 9 bits: 512 offsets, in L1
     width = (bits + passes - 1) // passes
     mask = (np.int64(1) << width) - 1
     cbits = 63 - bits - ibits
     low, cmax, imask = ibits + cbits, (np.int64(1) << cbits) - 1, (np.int64(1) << ibits) - 1
     offsets = np.zeros((passes, np.int64(1) << width), np.int64)
+    buckets, inverse = t, 1.0 / prime  # t holds the buckets until the second digit's scatter
+    for i in range(u):  # x - q * prime, q from a float reciprocal: off by at most one (x / prime < 2**51)
+        x = hashes[i]
+        b = x - np.int64(x * inverse) * prime
+        buckets[i] = b + prime if b < 0 else (b - prime if b >= prime else b)
     for p in range(passes):  # every digit's histogram, one read of the buckets each (faster than one read for all)
         shift, row = p * width, offsets[p]
         for i in range(u):
@@ -88,7 +97,7 @@ def _sort_tally(
 def sort_kernel() -> Callable | None:
     """The compiled :func:`_sort_tally`, or None without numba."""
     source = "import numpy as np\n\n\n" + inspect.getsource(_sort_tally)
-    signature = f"int64({readonly('int64')}, {readonly('int64')}, int64, int64{', int64[::1]' * 8})"
+    signature = f"int64({readonly('int64')}, {readonly('int64')}, int64, int64, int64{', int64[::1]' * 8})"
     return compiled_kernel(source, "bucket_sort", "_sort_tally", signature, nogil=True, boundscheck=False)
 
 
@@ -133,19 +142,23 @@ class SortScratch:
 
 
 def sort_tally(
-    kernel: Callable, buckets: np.ndarray, counts: np.ndarray, prime: int, scratch: SortScratch | None = None
+    kernel: Callable, hashes: np.ndarray, counts: np.ndarray, prime: int, scratch: SortScratch | None = None
 ) -> tuple[np.ndarray, ...]:
     """``(order int64 [U], occupied int64 [R], n_ngrams int64 [R], hits int64 [R], per_key int64
-    [U], shared (buckets holding >= 2 n-grams, their n-grams, their positions))`` of a column's ``buckets`` (int64 ``[U]`` in ``[0, prime)``, ``prime <= 2**31``, ``U <=
-    2**32``) and ``counts`` by the compiled ``kernel`` (:func:`sort_kernel`); ``scratch`` lends the
+    [U], shared (buckets holding >= 2 n-grams, their n-grams, their positions))`` of a column's
+    buckets ``hashes % prime`` (``hashes`` int64 ``[U]`` in ``[0, 2**63)``, e.g. the buckets
+    themselves; ``prime <= 2**31``, ``U <= 2**32``) and ``counts`` by the compiled ``kernel``
+    (:func:`sort_kernel`, which reduces the hashes itself above ``2**12``); ``scratch`` lends the
     sort's buffers (a fresh one without)."""
-    u = len(buckets)
+    u = len(hashes)
     bits, ibits = max(int(prime - 1).bit_length(), 1), max(u - 1, 0).bit_length()
     a, t = (scratch or SortScratch()).take(u)
     order, per_key, occupied, n_ngrams, hits = np.empty((5, u), np.int64)  # numpy's pages: cheaper here than populated
-    b, c = np.ascontiguousarray(buckets, np.int64), np.ascontiguousarray(counts, np.int64)
+    h, c = np.ascontiguousarray(hashes, np.int64), np.ascontiguousarray(counts, np.int64)
+    if prime <= 1 << 12:  # the kernel's float reciprocal is exact to one only from there
+        h = h % prime
     shared = np.zeros(3, np.int64)
-    r = kernel(b, c, bits, ibits, a, t, order, per_key, occupied, n_ngrams, hits, shared)
+    r = kernel(h, c, prime, bits, ibits, a, t, order, per_key, occupied, n_ngrams, hits, shared)
     return order, occupied[:r], n_ngrams[:r], hits[:r], per_key, tuple(int(x) for x in shared)
 
 
