@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engram_viz.analysis.corpus import bucket_passes
+from engram_viz.analysis.corpus import bucket_passes, bucket_sort
 from engram_viz.analysis.corpus.bucket_passes import iter_columns
 from engram_viz.analysis.corpus.bucket_sort import SortScratch, sort_kernel, sort_tally, sorted_members, value_tally
 from engram_viz.analysis.corpus.ngram_counts import NgramCounts
@@ -73,8 +73,9 @@ def test_sort_tally_takes_read_only_inputs(kernel):
     assert np.array_equal(sort_tally(kernel, buckets, counts, 7)[0], np.argsort(buckets, kind="stable"))
 
 
-@pytest.mark.parametrize("u", [0, 1, 5000])
-def test_value_tally_matches_a_count_per_value(u):
+@pytest.mark.parametrize(("u", "compiled_from"), [(0, 0), (1, 0), (5000, 0), (5000, 1 << 18)])
+def test_value_tally_matches_a_count_per_value(u, compiled_from, monkeypatch):
+    monkeypatch.setattr(bucket_sort, "VALUE_KERNEL_MIN", compiled_from)  # 0: the compiled read where numba is
     rng = np.random.default_rng(u)
     values, counts = rng.integers(0, 9, u).astype(np.int8), rng.integers(1, 1 << 40, u)
     keys, positions = value_tally(values, counts, 10)

@@ -102,6 +102,9 @@ def sort_kernel() -> Callable | None:
     return compiled_kernel(source, "bucket_sort", "_sort_tally", signature, nogil=True, boundscheck=False)
 
 
+VALUE_KERNEL_MIN = 1 << 18  # entries from which value_tally's compiled read pays for loading it
+
+
 def _value_tally(values, counts, n_keys, n_pos):  # pragma: no cover - compiled by numba (value_tally)
     for i in range(values.shape[0]):
         n_keys[values[i]] += 1
@@ -117,9 +120,10 @@ def _value_kernel() -> Callable | None:
 
 def value_tally(values: np.ndarray, counts: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """``(keys int64 [n], positions int64 [n])``: how many entries of ``values`` (int8 ``[U]`` in
-    ``[0, n)``) have each value, and their summed ``counts``: one compiled read (numba), else two
-    bincounts (the weighted one through float64, exact below 2**53)."""
-    kernel = _value_kernel()
+    ``[0, n)``) have each value, and their summed ``counts``: one compiled read (numba) from
+    ``VALUE_KERNEL_MIN`` entries (below, loading it costs more), else two bincounts (the weighted one
+    through float64, exact below 2**53)."""
+    kernel = _value_kernel() if len(values) >= VALUE_KERNEL_MIN else None
     if kernel is None:
         n_pos = np.bincount(values, weights=counts, minlength=n)
         return np.bincount(values, minlength=n), np.rint(n_pos).astype(np.int64)
