@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engram_viz.analysis.corpus import bucket_passes
+from engram_viz.analysis.corpus import bucket_passes, bucket_sort
 from engram_viz.analysis.corpus.bucket_passes import iter_columns
-from engram_viz.analysis.corpus.bucket_sort import sort_kernel, sort_tally, sorted_members
+from engram_viz.analysis.corpus.bucket_sort import SortScratch, sort_kernel, sort_tally, sorted_members, value_tally
 from engram_viz.analysis.corpus.ngram_counts import NgramCounts
 from engram_viz.analysis.row_stats.collisions import CollisionStats, analyse_together
 from engram_viz.analysis.row_stats.usage import RowUsage
@@ -46,8 +46,24 @@ def test_sort_tally_matches_a_stable_argsort_and_unique(kernel, prime, u):
     buckets[: u // 4] = buckets[u // 2 : u // 2 + u // 4]  # shared buckets, their keys far apart
     counts = np.where(rng.random(u) < 0.1, rng.integers(1, 1 << 40, u), rng.integers(1, 5, u))
     got = sort_tally(kernel, buckets, counts, prime)
-    for name, a, b in zip(("order", "occupied", "n_ngrams", "hits", "per_key"), got, _reference(buckets, counts)):
+    want = _reference(buckets, counts)
+    for name, a, b in zip(("order", "occupied", "n_ngrams", "hits", "per_key"), got, want):
         assert a.dtype == np.int64 and np.array_equal(a, b), name
+    _, _, n, hits, per_key = want  # the shared buckets, their n-grams and positions: from the reference's runs
+    assert got[5] == (np.count_nonzero(n >= 2), np.count_nonzero(per_key >= 2), int(hits[n >= 2].sum()))
+
+
+@pytest.mark.parametrize("prime", [16_000_057, 2_000_003, (1 << 31) - 1, 4099, 4093, 97, 1])
+def test_sort_tally_reduces_hashes_as_python_does(kernel, prime):
+    rng = np.random.default_rng(prime)
+    top = (1 << 63) - 1  # the edges k * prime + (-1, 0, 1) up to 2**63 - 1, and random hashes
+    edges = [k * prime + d for k in (1, 2, 3, top // prime - 1, top // prime) for d in (-1, 0, 1)]
+    hashes = np.concatenate([[e for e in edges if 0 <= e <= top], rng.integers(0, top, 3000, dtype=np.int64)])
+    counts = rng.integers(1, 9, len(hashes))
+    buckets = np.array([int(h) % prime for h in hashes], dtype=np.int64)
+    got, want = sort_tally(kernel, hashes, counts, prime), _reference(buckets, counts)
+    for name, a, b in zip(("order", "occupied", "n_ngrams", "hits", "per_key"), got, want):
+        assert np.array_equal(a, b), name
 
 
 def test_sort_tally_takes_read_only_inputs(kernel):
@@ -55,6 +71,17 @@ def test_sort_tally_takes_read_only_inputs(kernel):
     buckets.setflags(write=False)
     counts.setflags(write=False)
     assert np.array_equal(sort_tally(kernel, buckets, counts, 7)[0], np.argsort(buckets, kind="stable"))
+
+
+@pytest.mark.parametrize(("u", "compiled_from"), [(0, 0), (1, 0), (5000, 0), (5000, 1 << 18)])
+def test_value_tally_matches_a_count_per_value(u, compiled_from, monkeypatch):
+    monkeypatch.setattr(bucket_sort, "VALUE_KERNEL_MIN", compiled_from)  # 0: the compiled read where numba is
+    rng = np.random.default_rng(u)
+    values, counts = rng.integers(0, 9, u).astype(np.int8), rng.integers(1, 1 << 40, u)
+    keys, positions = value_tally(values, counts, 10)
+    assert keys.dtype == positions.dtype == np.int64
+    assert keys.tolist() == [int(np.count_nonzero(values == v)) for v in range(10)]
+    assert positions.tolist() == [sum(int(c) for c, x in zip(counts, values) if x == v) for v in range(10)]
 
 
 def test_sorted_members_match_a_scan():
@@ -114,6 +141,27 @@ def test_sorted_views_match_python_dicts(sorting, config):
         assert sorted(zip(keys.tolist(), at.tolist())) == sorted((i, buckets[i]) for i in want)
         second = [sorted((c[i] for i in members[b]), reverse=True) for b in occupied]
         assert view.second_largest(np.array(occupied)).tolist() == [x[1] if len(x) > 1 else -1 for x in second]
+
+
+def test_sort_outputs_are_reused_only_where_nothing_holds_them():
+    scratch = SortScratch(8)
+    first = scratch.outputs(8)
+    held = scratch.outputs(5)  # the first block still referenced: a fresh one
+    assert held.shape == (5, 5) and not np.shares_memory(first, held)
+    address = held.__array_interface__["data"][0]
+    del first, held
+    assert scratch.outputs(6).__array_interface__["data"][0] == address  # nothing holds it: the same block
+
+
+def test_stats_kept_through_a_pass_keep_their_values(sorting):
+    cfg = load_config("v41-flash")
+    kept = [(view, view.stats()) for view in iter_columns(EngramLayout(cfg), _counts(cfg, 4, 150, seed=4))]
+    assert len({id(s.order.base) for _, s in kept}) == len(kept)  # every column's outputs in its own block
+    for view, s in kept:
+        order, occupied, n_ngrams, hits, per_key = _reference(view.buckets, view.counts)
+        assert np.array_equal(s.order, order) and np.array_equal(s.occupied, occupied)
+        assert np.array_equal(s.n_ngrams, n_ngrams) and np.array_equal(s.hits, hits)
+        assert np.array_equal(s.per_key, per_key)
 
 
 def _tables(counts: NgramCounts, cfg) -> dict[str, str]:

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import functools
 import inspect
+import weakref
 from collections.abc import Callable, Iterator
 from functools import cached_property
 
 import numpy as np
 
 from engram_viz._compiled import compiled_kernel, readonly
-from engram_viz.analysis.corpus.bucket_sort import SortScratch, sort_kernel, sort_tally, sorted_members
+from engram_viz.analysis.corpus.bucket_sort import SortScratch, sort_kernel, sort_tally, sorted_members, value_tally
 from engram_viz.analysis.corpus.group_tally import (
     GroupTally,
     ListBuffer,
@@ -61,10 +62,18 @@ class ColumnStats:
         buckets: np.ndarray | None = None,
         view: ColumnView | None = None,
         order: np.ndarray | None = None,
+        shared: tuple[int, int, int] | None = None,
     ):
-        """``per_key``, ``buckets`` and ``order`` given, or computed (read from ``view``) when first asked for."""
-        self.occupied, self.n_ngrams, self.hits = occupied, n_ngrams, hits
+        """``per_key``, ``buckets``, ``order`` and ``shared`` given, or computed (read from ``view``) when first asked for."""
+        self.occupied, self.n_ngrams, self.hits, self._shared = occupied, n_ngrams, hits, shared
         self._per_key, self._buckets, self._view, self._order = per_key, buckets, view, order
+
+    def shared_totals(self) -> tuple[int, int, int]:
+        """``(buckets holding >= 2 n-grams, their n-grams, their positions)`` (the sort's read-off counts them)."""
+        if self._shared is None:
+            on = self.n_ngrams >= 2
+            self._shared = (int(np.count_nonzero(on)), int(self.n_ngrams[on].sum()), int(self.hits[on].sum()))
+        return self._shared
 
     @property
     def buckets(self) -> np.ndarray:
@@ -99,15 +108,18 @@ class ColumnStats:
     def totals_without(self, left_out: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(n_ngrams, hits)`` int64 ``[R]`` per occupied bucket with the n-grams ``left_out``
         (bool ``[U]``, few: e.g. special-only n-grams) not counted; ``counts`` the view's."""
-        return self.totals_without_keys(np.flatnonzero(left_out), counts)
-
-    def totals_without_keys(self, keys: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`totals_without` for the indices ``keys`` (int64, distinct): no sort, only they are looked up."""
-        at = np.searchsorted(self.occupied, self._buckets_at(keys))
+        at, n, h = self.changed_without(np.flatnonzero(left_out), counts)
         n_ngrams, hits = self.n_ngrams.copy(), self.hits.copy()
-        np.subtract.at(n_ngrams, at, 1)
-        np.subtract.at(hits, at, counts[keys])
+        n_ngrams[at], hits[at] = n, h
         return n_ngrams, hits
+
+    def changed_without(self, keys: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Where leaving out the n-grams ``keys`` (int64, distinct, few) changes :meth:`totals_without`:
+        ``(at int64 [A] ascending, n_ngrams [A], hits [A])``, ``at`` indexing ``occupied`` (no copy of [R])."""
+        at, inverse = np.unique(np.searchsorted(self.occupied, self._buckets_at(keys)), return_inverse=True)
+        hits = self.hits[at].copy()
+        np.subtract.at(hits, inverse, counts[keys])
+        return at, self.n_ngrams[at] - np.bincount(inverse, minlength=len(at)), hits
 
 
 def _tally(buckets, counts, prime):  # pragma: no cover - compiled by numba (_dense_kernel)
@@ -172,16 +184,19 @@ def _packable(buckets: np.ndarray, counts: np.ndarray, prime: int) -> bool:
 
 
 def column_stats(
-    buckets: np.ndarray, counts: np.ndarray, prime: int, scratch: SortScratch | None = None
+    buckets: np.ndarray | None, counts: np.ndarray, prime: int, scratch: SortScratch | None = None, view=None
 ) -> ColumnStats:
-    """The occupancy of one column from its buckets (int64 ``[U]``) and counts: sorted by the compiled
-    radix sort where it applies (``bucket_sort``, in ``scratch``'s buffers), else dense (a counter per
+    """The occupancy of one column from its buckets (int64 ``[U]``; None: ``view``'s, a ColumnView
+    over a ColumnGroup) and counts: sorted by the compiled radix sort where it applies (``bucket_sort``,
+    in ``scratch``'s buffers; it reduces the group's hashes itself), else dense (a counter per
     bucket) where ``prime <= DENSE_RATIO x U``, else sorted (or ``np.unique`` past the packing)."""
-    u = len(buckets)
+    u = len(counts)
     kernel = sort_kernel() if TALLY_MIN <= u < 1 << 32 and SORT_PRIME_MIN < prime <= 1 << 31 else None
     if kernel is not None:
-        order, occupied, n_ngrams, hits, per_key = sort_tally(kernel, buckets, counts, prime, scratch)
-        return ColumnStats(occupied, n_ngrams, hits, per_key, buckets, order=order)
+        hashes = buckets if buckets is not None else view.group.hashes()
+        order, occupied, n_ngrams, hits, per_key, shared = sort_tally(kernel, hashes, counts, prime, scratch)
+        return ColumnStats(occupied, n_ngrams, hits, per_key, buckets, view, order, shared)
+    buckets = buckets if buckets is not None else view.buckets
     if prime <= DENSE_RATIO * max(len(buckets), 1):
         return _dense_stats(buckets, counts, prime)
     if _packable(buckets, counts, prime):
@@ -245,8 +260,9 @@ class ColumnView:
                 n_per = tally.n_ngrams(self.head, slice(0, self.prime))
                 occupied = np.flatnonzero(n_per)
                 self._stats = ColumnStats(occupied, n_per[occupied], tally.hits(self.head, occupied), view=self)
-            else:
-                self._stats = column_stats(self.buckets, self.counts, self.prime, self.group and self.group.scratch)
+            else:  # the stats may read the view's buckets through a weak reference (the view keeps the stats)
+                scratch = self.group and self.group.scratch
+                self._stats = column_stats(self._buckets, self.counts, self.prime, scratch, weakref.proxy(self))
                 if self.group is not None:
                     self.group.add_colliding(self.head, self._stats.per_key)
         return self._stats
@@ -261,7 +277,7 @@ class ColumnView:
         """``(occupied buckets, buckets holding >= 2 distinct n-grams, distinct n-grams in each
         n-gram's bucket int64 [U])``."""
         s = self.stats()
-        return len(s.occupied), int(np.count_nonzero(s.n_ngrams >= 2)), s.per_key
+        return len(s.occupied), s.shared_totals()[0], s.per_key
 
     def ngrams_at(self, index: np.ndarray) -> np.ndarray:
         """``ngrams[index]`` (int64 ``[Q, order]``), unpacking only those rows where not yet unpacked."""
@@ -436,9 +452,7 @@ class ColumnGroup:
             return tally.heads_shared, tally.shared_keys, tally.shared_positions
         for head in sorted(set(range(heads)) - self._added):
             self.view(head).stats()  # sums the head in
-        shared = self._shared
-        n_pos = np.bincount(shared, weights=self.keys.counts, minlength=heads + 1)  # float64: exact below 2**53
-        return shared, np.bincount(shared, minlength=heads + 1), np.rint(n_pos).astype(np.int64)
+        return (self._shared, *value_tally(self._shared, self.keys.counts, heads + 1))
 
 
 def _group_kernel(layout: EngramLayout, keys: OrderKeys, layer_index: int) -> Callable | None:
@@ -483,16 +497,3 @@ def iter_columns(layout: EngramLayout, counts: NgramCounts) -> Iterator[ColumnVi
             group = ColumnGroup(layout, keys, li, _group_kernel(layout, keys, li), lists, scratch)
             for head in range(layout.n_heads):
                 yield group.view(head)
-
-
-def bucket_lookup(buckets: np.ndarray, prime: int, query: np.ndarray) -> np.ndarray:
-    """How many of ``buckets`` (int64 [U], one per distinct n-gram) equal each ``query`` bucket:
-    int64 ``[Q]`` (sort + search; ``prime`` is only checked against)."""
-    query = np.asarray(query, dtype=np.int64)
-    if len(query) and (query.min() < 0 or query.max() >= prime):
-        raise InputError(f"query buckets must lie in 0..{prime - 1}")
-    b, n = np.unique(buckets, return_counts=True)
-    if not len(b):
-        return np.zeros(len(query), dtype=np.int64)
-    at = np.minimum(np.searchsorted(b, query), len(b) - 1)
-    return np.where(b[at] == query, n[at], 0)

@@ -48,7 +48,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from engram_viz.analysis.corpus.bucket_passes import bucket_lookup, run_column_pass
+from engram_viz.analysis.corpus.bucket_passes import run_column_pass
+from engram_viz.analysis.corpus.bucket_sort import bucket_lookup
 from engram_viz.analysis.corpus.ngram_text import make_decoder
 from engram_viz.analysis.corpus.row_ids import ngram_hashes
 from engram_viz.analysis.corpus.top_k import top_indices
@@ -106,9 +107,8 @@ class _CollisionConsumer:
     def __call__(self, view) -> None:
         res, heads = self.result, self.layout.n_heads
         k, m = len(view.counts), view.prime
-        stats = view.stats()  # the colliding n-grams and positions summed over the shared buckets (fewer than n-grams)
-        shared_buckets = stats.n_ngrams >= 2
-        n_colliding = int(stats.n_ngrams[shared_buckets].sum())
+        stats = view.stats()
+        n_shared, n_colliding, colliding_positions = stats.shared_totals()
         exp = expected_uniform(k, m)
         res.columns.append(
             {
@@ -119,10 +119,10 @@ class _CollisionConsumer:
                 "prime": m,
                 "distinct_ngrams": k,
                 "occupied": len(stats.occupied),
-                "shared_buckets": int(np.count_nonzero(shared_buckets)),
+                "shared_buckets": n_shared,
                 "colliding_ngrams": n_colliding,
                 "positions": view.positions,
-                "colliding_positions": int(stats.hits[shared_buckets].sum()),
+                "colliding_positions": colliding_positions,
                 "expected_occupied": float(exp["occupied"]),
                 "expected_shared_buckets": float(exp["shared_buckets"]),
                 "expected_colliding_ngrams": float(exp["colliding_ngrams"]),
@@ -153,10 +153,13 @@ class _CollisionConsumer:
 
     def _top_colliding(self, view, stats, candidates: int) -> np.ndarray:
         """The ``candidates`` most frequent colliding keys (ties: smaller index). The order's
-        most frequent keys are ranked once for all its columns; a column whose colliding keys are
-        not all among them (a sparse column: few collide) ranks its own colliding keys."""
+        most frequent keys are ranked once for all its columns (twice as many as the first column's
+        share of colliding keys needs, up to 64 x ``candidates``); a column with fewer colliding
+        keys among them ranks its own colliding keys."""
         if self._ranked[0] != view.order:
-            self._ranked = (view.order, top_indices(view.counts, None, candidates))
+            u, colliding = len(view.counts), max(stats.shared_totals()[1], 1)
+            want = max(candidates, min(2 * candidates * u // colliding, 64 * candidates))
+            self._ranked = (view.order, top_indices(view.counts, None, want))
             self.result.ranked[view.order] = (self._ranked[1], view.counts[self._ranked[1]])
         ranked = self._ranked[1]
         hit = ranked[view.per_key_at(ranked) >= 2]

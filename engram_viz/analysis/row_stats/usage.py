@@ -92,12 +92,10 @@ class _UsageConsumer:
         buckets, distinct, hits = view.bucket_totals()
         self._column(view, buckets, hits)
         only = self._only(view)
-        if len(only):  # the hot rows and the histogram without the special-only n-grams
-            distinct, hits = view.stats().totals_without_keys(only, view.counts)  # no sort: few are left out
-            keep = hits > 0
-            buckets, distinct, hits = buckets[keep], distinct[keep], hits[keep]
-        self._histogram(view, hits)
-        self._hot(view, buckets, distinct, hits, only)
+        # the hot rows and the histogram without the special-only n-grams: only the few buckets they land in change
+        changed = view.stats().changed_without(only, view.counts) if len(only) else None
+        self._histogram(view, hits, changed)
+        self._hot(view, buckets, distinct, hits, changed, only)
 
     def _column(self, view, buckets: np.ndarray, hits: np.ndarray) -> None:
         self.result.columns.append(
@@ -116,28 +114,42 @@ class _UsageConsumer:
             }
         )
 
-    def _histogram(self, view, hits: np.ndarray) -> None:
+    def _histogram(self, view, hits: np.ndarray, changed: tuple | None) -> None:
+        """Add the column's buckets by hits (``changed``: the buckets whose hits drop without the special-only n-grams)."""
         res = self.result
         if len(hits):
             h = np.bincount(hits)
+            if changed is not None:  # the changed buckets moved from their hits to the lower ones (0: not counted)
+                at, _, lower = changed
+                h -= np.bincount(hits[at], minlength=len(h))
+                h += np.bincount(lower[lower > 0], minlength=len(h))
             old = res.histogram.get((view.layer, view.order), np.zeros(0, np.int64))
             if len(old) < len(h):
                 old = np.pad(old, (0, len(h) - len(old)))
             old[: len(h)] += h
             res.histogram[(view.layer, view.order)] = old
 
-    def _hot(self, view, buckets: np.ndarray, distinct: np.ndarray, hits: np.ndarray, only: np.ndarray) -> None:
+    def _hot(self, view, buckets, distinct, hits, changed: tuple | None, only: np.ndarray) -> None:
+        """Enter the column's hottest buckets into its layer's top rows; ``changed`` as in :meth:`_histogram`."""
         res = self.result
         hot = res.hot[view.layer]
         if not res.top or not len(hits):
             return
-        # only rows at least as hot as the current top-th row of this layer can enter
-        cand = np.flatnonzero(hits >= hot[-1].hits) if len(hot) >= res.top else np.arange(len(hits))
-        rows = buckets[cand] + view.offset
-        best = cand[top_indices(hits[cand], rows, res.top)]
+        # only rows at least as hot as the current top-th row of this layer can enter (their hits only drop)
+        floor = hot[-1].hits if len(hot) >= res.top else 1
+        cand = np.flatnonzero(hits >= floor)
+        hits, distinct = hits[cand], distinct[cand]
+        if changed is not None:
+            at, lower_n, lower = changed
+            pos = np.minimum(np.searchsorted(cand, at), max(len(cand) - 1, 0))
+            inside = cand[pos] == at if len(cand) else np.zeros(0, bool)
+            hits[pos[inside]], distinct[pos[inside]] = lower[inside], lower_n[inside]
+            keep = hits >= floor
+            cand, hits, distinct = cand[keep], hits[keep], distinct[keep]
+        best = top_indices(hits, buckets[cand] + view.offset, res.top)
         if not len(best):
             return
-        landed, landed_buckets = view.members_of(buckets[best])
+        landed, landed_buckets = view.members_of(buckets[cand[best]])
         if len(only):
             kept = ~np.isin(landed, only)
             landed, landed_buckets = landed[kept], landed_buckets[kept]
@@ -152,7 +164,7 @@ class _UsageConsumer:
         ids = dict(zip(shown.tolist(), (tuple(int(x) for x in row) for row in view.ngrams_at(shown))))
         per_bucket = {b: [(c, ids[i]) for i, c in entry] for b, entry in per_bucket.items()}
         for i in best:
-            b = int(buckets[i])
+            b = int(buckets[cand[i]])
             hot.append(_HotRow(int(hits[i]), b + view.offset, view.column, b, int(distinct[i]), per_bucket[b]))
         hot.sort(key=lambda r: (-r.hits, r.row))
         del hot[res.top :]
