@@ -14,11 +14,11 @@ engram_viz data | tar -x -C PATH``)::
 from __future__ import annotations
 
 import argparse
-import subprocess
 import tempfile
 from pathlib import Path
 
 from corpus_job import REPO, run, tables
+from machine import cpu_features
 
 
 def main() -> None:
@@ -30,8 +30,7 @@ def main() -> None:
     parser.add_argument("--tree", action="append", default=[], help="NAME=PATH of another package tree")
     args = parser.parse_args()
     trees = {"this": REPO} | {name: Path(path) for name, path in (t.split("=", 1) for t in args.tree)}
-    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout.split()
-    print(f"CPU features: {sorted({'avx2', 'avx512_bf16', 'amx_bf16'} & set(lscpu))}; pinned to core {args.core}")
+    print(f"CPU: {cpu_features()}; pinned to core {args.core}")
     print(f"corpus {args.file} cut at {args.tokens:,} tokens, --config {args.config}; process CPU seconds")
     print(
         f"{'tree':<8}{'tokens':>12}{'start-up':>10}{'counting':>10}{'analysis':>10}{'writing':>9}{'total':>8}"

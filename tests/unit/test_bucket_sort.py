@@ -13,7 +13,7 @@ import pytest
 
 from engram_viz.analysis.corpus import bucket_passes, bucket_sort
 from engram_viz.analysis.corpus.bucket_passes import iter_columns
-from engram_viz.analysis.corpus.bucket_sort import SortScratch, sort_kernel, sort_tally, sorted_members, value_tally
+from engram_viz.analysis.corpus.bucket_sort import sort_kernel, sort_tally, sorted_members, value_tally
 from engram_viz.analysis.corpus.ngram_counts import NgramCounts
 from engram_viz.analysis.row_stats.collisions import CollisionStats, analyse_together
 from engram_viz.analysis.row_stats.usage import RowUsage
@@ -143,25 +143,15 @@ def test_sorted_views_match_python_dicts(sorting, config):
         assert view.second_largest(np.array(occupied)).tolist() == [x[1] if len(x) > 1 else -1 for x in second]
 
 
-def test_sort_outputs_are_reused_only_where_nothing_holds_them():
-    scratch = SortScratch(8)
-    first = scratch.outputs(8)
-    held = scratch.outputs(5)  # the first block still referenced: a fresh one
-    assert held.shape == (5, 5) and not np.shares_memory(first, held)
-    address = held.__array_interface__["data"][0]
-    del first, held
-    assert scratch.outputs(6).__array_interface__["data"][0] == address  # nothing holds it: the same block
-
-
-def test_stats_kept_through_a_pass_keep_their_values(sorting):
+def test_stats_kept_after_their_views_keep_their_values_and_buckets(sorting):
     cfg = load_config("v41-flash")
-    kept = [(view, view.stats()) for view in iter_columns(EngramLayout(cfg), _counts(cfg, 4, 150, seed=4))]
-    assert len({id(s.order.base) for _, s in kept}) == len(kept)  # every column's outputs in its own block
-    for view, s in kept:
+    layout, counts = EngramLayout(cfg), _counts(cfg, 4, 150, seed=4)
+    kept = [view.stats() for view in iter_columns(layout, counts)]  # every view dropped as the pass goes on
+    for view, s in zip(iter_columns(layout, counts), kept, strict=True):
         order, occupied, n_ngrams, hits, per_key = _reference(view.buckets, view.counts)
         assert np.array_equal(s.order, order) and np.array_equal(s.occupied, occupied)
         assert np.array_equal(s.n_ngrams, n_ngrams) and np.array_equal(s.hits, hits)
-        assert np.array_equal(s.per_key, per_key)
+        assert np.array_equal(s.per_key, per_key) and np.array_equal(s.buckets, view.buckets)
 
 
 def _tables(counts: NgramCounts, cfg) -> dict[str, str]:

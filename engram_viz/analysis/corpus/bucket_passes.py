@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import weakref
 from collections.abc import Callable, Iterator
 from functools import cached_property
 
@@ -60,13 +59,13 @@ class ColumnStats:
         hits: np.ndarray,
         per_key: np.ndarray | None = None,
         buckets: np.ndarray | None = None,
-        view: ColumnView | None = None,
+        source: tuple[ColumnGroup, int] | None = None,
         order: np.ndarray | None = None,
         shared: tuple[int, int, int] | None = None,
     ):
-        """``per_key``, ``buckets``, ``order`` and ``shared`` given, or computed (read from ``view``) when first asked for."""
+        """What is not given is computed when first read; the buckets: ``source`` (group, head)'s."""
         self.occupied, self.n_ngrams, self.hits, self._shared = occupied, n_ngrams, hits, shared
-        self._per_key, self._buckets, self._view, self._order = per_key, buckets, view, order
+        self._per_key, self._buckets, self._source, self._order = per_key, buckets, source, order
 
     def shared_totals(self) -> tuple[int, int, int]:
         """``(buckets holding >= 2 n-grams, their n-grams, their positions)`` (the sort's read-off counts them)."""
@@ -78,7 +77,7 @@ class ColumnStats:
     @property
     def buckets(self) -> np.ndarray:
         """int64 ``[U]``: the bucket of every n-gram (the view's)."""
-        return self._buckets if self._buckets is not None else self._view.buckets
+        return self._buckets if self._buckets is not None else self._source[0].buckets(self._source[1])
 
     @property
     def per_key(self) -> np.ndarray:
@@ -87,7 +86,7 @@ class ColumnStats:
         return self._per_key
 
     def _buckets_at(self, index: np.ndarray) -> np.ndarray:
-        return self._buckets[index] if self._buckets is not None else self._view.buckets_at(index)
+        return self._buckets[index] if self._buckets is not None else self._source[0].buckets_at(self._source[1], index)
 
     @property
     def order(self) -> np.ndarray:
@@ -184,19 +183,19 @@ def _packable(buckets: np.ndarray, counts: np.ndarray, prime: int) -> bool:
 
 
 def column_stats(
-    buckets: np.ndarray | None, counts: np.ndarray, prime: int, scratch: SortScratch | None = None, view=None
+    buckets: np.ndarray | None, counts: np.ndarray, prime: int, scratch: SortScratch | None = None, source=None
 ) -> ColumnStats:
-    """The occupancy of one column from its buckets (int64 ``[U]``; None: ``view``'s, a ColumnView
-    over a ColumnGroup) and counts: sorted by the compiled radix sort where it applies (``bucket_sort``,
+    """The occupancy of one column from its buckets (int64 ``[U]``; None: those of ``source``, a
+    (ColumnGroup, head)) and counts: sorted by the compiled radix sort where it applies (``bucket_sort``,
     in ``scratch``'s buffers; it reduces the group's hashes itself), else dense (a counter per
     bucket) where ``prime <= DENSE_RATIO x U``, else sorted (or ``np.unique`` past the packing)."""
     u = len(counts)
     kernel = sort_kernel() if TALLY_MIN <= u < 1 << 32 and SORT_PRIME_MIN < prime <= 1 << 31 else None
     if kernel is not None:
-        hashes = buckets if buckets is not None else view.group.hashes()
+        hashes = buckets if buckets is not None else source[0].hashes()
         order, occupied, n_ngrams, hits, per_key, shared = sort_tally(kernel, hashes, counts, prime, scratch)
-        return ColumnStats(occupied, n_ngrams, hits, per_key, buckets, view, order, shared)
-    buckets = buckets if buckets is not None else view.buckets
+        return ColumnStats(occupied, n_ngrams, hits, per_key, buckets, source, order, shared)
+    buckets = buckets if buckets is not None else source[0].buckets(source[1])
     if prime <= DENSE_RATIO * max(len(buckets), 1):
         return _dense_stats(buckets, counts, prime)
     if _packable(buckets, counts, prime):
@@ -259,10 +258,12 @@ class ColumnView:
             if tally is not None:
                 n_per = tally.n_ngrams(self.head, slice(0, self.prime))
                 occupied = np.flatnonzero(n_per)
-                self._stats = ColumnStats(occupied, n_per[occupied], tally.hits(self.head, occupied), view=self)
-            else:  # the stats may read the view's buckets through a weak reference (the view keeps the stats)
+                source = (self.group, self.head)  # the stats read the buckets there: no view <-> stats cycle
+                self._stats = ColumnStats(occupied, n_per[occupied], tally.hits(self.head, occupied), source=source)
+            else:
+                source = (self.group, self.head) if self.group is not None else None
                 scratch = self.group and self.group.scratch
-                self._stats = column_stats(self._buckets, self.counts, self.prime, scratch, weakref.proxy(self))
+                self._stats = column_stats(self._buckets, self.counts, self.prime, scratch, source)
                 if self.group is not None:
                     self.group.add_colliding(self.head, self._stats.per_key)
         return self._stats

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import sys
 from collections.abc import Callable
 
 import numpy as np
@@ -134,27 +133,16 @@ def value_tally(values: np.ndarray, counts: np.ndarray, n: int) -> tuple[np.ndar
 
 class SortScratch:
     """The radix sort's two int64 buffers, lent to one column at a time: a pass over the columns
-    sorts in the same pages instead of fresh ones (``fresh_rows``: populated once, up front); and
-    the block of its outputs, reused where the last column's stats are gone (:meth:`outputs`)."""
+    sorts in the same pages instead of fresh ones (``fresh_rows``: populated once, up front)."""
 
     def __init__(self, rows: int = 0) -> None:
         """``rows``: the size to take on first use (e.g. the largest order's n-grams), or the first asked."""
-        self.rows, self._buffer, self._outputs = rows, None, None
+        self.rows, self._buffer = rows, None
 
     def take(self, rows: int) -> tuple[np.ndarray, np.ndarray]:
         if self._buffer is None or self._buffer.shape[1] < rows:
             self._buffer = fresh_rows((2, max(rows, self.rows)), np.dtype(np.int64))
         return self._buffer[0, :rows], self._buffer[1, :rows]
-
-    def outputs(self, rows: int) -> np.ndarray:
-        """int64 ``[5, rows]`` (C-contiguous rows) for a column's outputs: the previous column's
-        block again where nothing references it any more (every array of its stats dropped, as in a
-        pass where each column's view goes before the next one's stats), else a fresh one (numpy's
-        pages), kept for the next. Memory written once per pass instead of once per column."""
-        block = self._outputs
-        if block is None or block.shape[1] < rows or sys.getrefcount(block) > 3:  # 3: here, the argument, self
-            block = self._outputs = np.empty((5, max(rows, self.rows)), np.int64)
-        return block[:, :rows]
 
 
 def sort_tally(
@@ -170,7 +158,7 @@ def sort_tally(
     bits, ibits = max(int(prime - 1).bit_length(), 1), max(u - 1, 0).bit_length()
     scratch = scratch or SortScratch()
     a, t = scratch.take(u)
-    order, per_key, occupied, n_ngrams, hits = scratch.outputs(u)
+    order, per_key, occupied, n_ngrams, hits = np.empty((5, u), np.int64)  # the column's own: its stats keep them
     h, c = np.ascontiguousarray(hashes, np.int64), np.ascontiguousarray(counts, np.int64)
     if prime <= 1 << 12:  # the kernel's float reciprocal is exact to one only from there
         h = h % prime
